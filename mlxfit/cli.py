@@ -1,0 +1,192 @@
+"""The command line: parse, call, render. No computation lives here."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import click
+
+from . import __version__
+from .errors import MlxfitError
+from .training import FINE_TUNE_TYPES, OPTIMIZERS, TrainingConfig
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class SizeParam(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        from .units import parse_bytes
+
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_bytes(value)
+        except MlxfitError as e:
+            self.fail(str(e), param, ctx)
+
+
+class ReserveParam(click.ParamType):
+    name = "FRACTION|SIZE"
+
+    def convert(self, value, param, ctx):
+        from .machine import parse_reserve
+
+        try:
+            return parse_reserve(value)
+        except MlxfitError as e:
+            self.fail(str(e), param, ctx)
+
+
+def handle_errors(fn):
+    """Library errors become one line and an exit status; MLXFIT_DEBUG=1 re-raises."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except MlxfitError as e:
+            if os.environ.get("MLXFIT_DEBUG"):
+                raise
+            if e.exit_code == 2:
+                raise click.UsageError(str(e)) from None
+            raise click.ClickException(str(e)) from None
+
+    return wrapper
+
+
+def machine_options(fn):
+    options = [
+        click.option("--memory", type=SizeParam(), help="Plan for a hypothetical unified-memory machine of this size instead of this one (36GB, 36GiB, 512MB)."),
+        click.option("--gpu-memory", type=SizeParam(), help="Plan for a hypothetical discrete GPU with this much memory (the computer's RAM does not count)."),
+        click.option("--reserve", type=ReserveParam(), help="Memory kept back for the OS and apps: a fraction (0.25, 25%) or a size (8GB). Default: a quarter of unified memory, 5% of a GPU's."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def json_option(fn):
+    return click.option("json_", "--json", is_flag=True, help="Print one JSON object (bytes as integers) instead of text.")(fn)
+
+
+def get_machine(memory, gpu_memory, reserve):
+    from .machine import build_machine, read_platform
+
+    return build_machine(read_platform(), reserve=reserve, memory=memory, gpu_memory=gpu_memory)
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, "--version", prog_name="mlxfit")
+def cli():
+    """Will fine-tuning this model fit in this machine's memory?
+
+    mlxfit reads your machine's memory, keeps about a quarter back for the OS and
+    apps, and estimates what LoRA, QLoRA and full fine-tuning with mlx-lm need.
+
+    \b
+    Examples:
+      mlxfit probe                                  # the default model on this machine
+      mlxfit probe --model Qwen/Qwen2.5-7B-Instruct
+      mlxfit probe --model 7B --memory 36GB         # plan a 36 GB Mac from anywhere
+      mlxfit fits --memory 36GB                     # what fits on a 36 GB Mac
+      mlxfit memory
+    """
+
+
+@cli.command()
+@machine_options
+@json_option
+@handle_errors
+def memory(memory, gpu_memory, reserve, json_):
+    """Show this machine's memory, the reserve and the budget for training."""
+    from . import render
+
+    machine = get_machine(memory, gpu_memory, reserve)
+    if json_:
+        render.print_json({"machine": machine.to_dict()})
+    else:
+        render.render_memory(machine)
+
+
+@cli.command()
+@click.option("--model", "-m", "model_spec", metavar="MODEL", help="A folder with config.json, a Hugging Face repo id, a catalog id (mlxfit models) or a size like 7B. Default: Qwen/Qwen3-0.6B.")
+@click.option("--fine-tune-type", type=click.Choice(FINE_TUNE_TYPES), default="lora", show_default=True, help="As in mlx_lm.lora.")
+@click.option("--method", type=click.Choice(["lora", "qlora", "full"]), help="Shortcut: qlora = LoRA on a 4-bit base; full = --fine-tune-type full.")
+@click.option("--num-layers", type=int, default=16, show_default=True, help="Blocks to train, counted from the last; -1 for all.")
+@click.option("--batch-size", type=int, default=4, show_default=True, help="Examples per step.")
+@click.option("--max-seq-length", type=int, default=2048, show_default=True, help="Longest example in tokens.")
+@click.option("--grad-checkpoint", is_flag=True, help="Recompute activations in the backward pass (less memory, slower).")
+@click.option("--rank", type=int, default=8, show_default=True, help="LoRA rank.")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True)
+@click.option("--bits", type=int, default=4, show_default=True, help="QLoRA: bits per weight of the quantized base.")
+@click.option("--group-size", type=int, default=64, show_default=True, help="QLoRA: quantization group size.")
+@machine_options
+@json_option
+@handle_errors
+def probe(model_spec, fine_tune_type, method, num_layers, batch_size, max_seq_length, grad_checkpoint, rank, optimizer, bits, group_size, memory, gpu_memory, reserve, json_):
+    """Will LoRA, QLoRA and full fine-tuning of MODEL fit? What to change if not."""
+    from . import render
+    from .model import resolve_model
+    from .plan import make_plan
+
+    if method == "full":
+        fine_tune_type = "full"
+    elif method in ("lora", "qlora") and fine_tune_type == "full":
+        fine_tune_type = "lora"
+    training = TrainingConfig(
+        fine_tune_type=fine_tune_type,
+        optimizer=optimizer,
+        num_layers=num_layers,
+        batch_size=batch_size,
+        max_seq_length=max_seq_length,
+        grad_checkpoint=grad_checkpoint,
+        rank=rank,
+        quantize=(method == "qlora"),
+        bits=bits,
+        group_size=group_size,
+    )
+    model = resolve_model(model_spec)
+    if model.architecture is not None:
+        training.layers_trained(model.architecture.num_layers)
+    plan = make_plan(get_machine(memory, gpu_memory, reserve), model, training)
+    if json_:
+        render.print_json(plan.to_dict())
+    else:
+        render.render_plan(plan)
+
+
+@cli.command()
+@machine_options
+@json_option
+@handle_errors
+def fits(memory, gpu_memory, reserve, json_):
+    """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full."""
+    from . import render
+    from .plan import fits_table
+
+    table = fits_table(get_machine(memory, gpu_memory, reserve))
+    if json_:
+        render.print_json(table.to_dict())
+    else:
+        render.render_fits(table)
+
+
+@cli.command()
+@json_option
+@handle_errors
+def models(json_):
+    """List the built-in catalog (works offline; ids as on the Hugging Face Hub)."""
+    from . import render
+    from .model import catalog, from_catalog
+
+    rows = []
+    for hub_id, _ in catalog().values():
+        info = from_catalog(hub_id)
+        rows.append((hub_id, info.model_type, info.params))
+    if json_:
+        render.print_json({"models": [{"id": i, "model_type": t, "params": p} for i, t, p in rows]})
+    else:
+        render.render_models(rows)

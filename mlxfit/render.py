@@ -1,0 +1,163 @@
+"""All terminal drawing, with one shared console. Compute modules never print."""
+
+from __future__ import annotations
+
+import json
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .machine import Machine
+from .plan import FitsTable, Plan
+from .rule import METHOD_LABELS
+from .units import format_count, format_gb
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
+SOURCE_LABEL = {
+    "local": "local folder",
+    "catalog": "built-in catalog",
+    "hub": "Hugging Face config.json",
+    "size": "bare size (no architecture)",
+}
+BAR_WIDTH = 12
+
+
+def print_json(data: dict) -> None:
+    console.file.write(json.dumps(data, indent=2) + "\n")
+
+
+def bar(need: int, usable: int, width: int = BAR_WIDTH) -> Text:
+    """A bar where `width` cells are the budget; past it the overflow shows in red."""
+    filled = round(width * need / usable) if usable else width
+    text = Text()
+    if filled <= width:
+        style = "green" if need <= 0.9 * usable else "yellow"
+        text.append("█" * filled, style=style)
+        text.append("·" * (width - filled), style="dim")
+        text.append("│")
+    else:
+        text.append("█" * width, style="red")
+        text.append("│")
+        text.append(f"▶{need / usable:.1f}×", style="bold red")
+    return text
+
+
+def machine_line(machine: Machine) -> str:
+    kind = "unified memory" if machine.unified else "GPU memory (system RAM does not count)"
+    where = "hypothetical" if machine.hypothetical else machine.backend
+    line = (
+        f"{format_gb(machine.total_bytes)} {kind} ({where})"
+        f" · reserve {format_gb(machine.reserve_bytes)}"
+        f" · budget {format_gb(machine.usable_bytes)}"
+    )
+    if not machine.hypothetical:
+        line += f" · in use now {format_gb(machine.used_bytes)}"
+    return line
+
+
+def print_warnings(machine: Machine) -> None:
+    for warning in machine.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+def render_memory(machine: Machine) -> None:
+    table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_row("backend", machine.backend + (f" ({machine.device_name})" if machine.device_name else ""))
+    table.add_row("memory", "unified (shared by CPU and GPU)" if machine.unified else "dedicated GPU memory")
+    table.add_row("total", format_gb(machine.total_bytes))
+    if not machine.hypothetical:
+        table.add_row("in use now", format_gb(machine.used_bytes))
+        table.add_row("available now", format_gb(machine.available_bytes))
+    table.add_row("reserve (OS and apps)", format_gb(machine.reserve_bytes))
+    table.add_row("usable budget", Text(format_gb(machine.usable_bytes), style="bold"))
+    if machine.recommended_working_set_bytes:
+        table.add_row("Metal recommended working set", format_gb(machine.recommended_working_set_bytes))
+    console.print(table)
+    print_warnings(machine)
+    console.print("[dim]GB = 10^9 bytes[/]")
+
+
+def render_plan(plan: Plan) -> None:
+    model, training = plan.model, plan.training
+    console.print(f"[bold]Machine[/]  {machine_line(plan.machine)}")
+    model_bits = f"{model.bits}-bit quantized" if model.quantized else model.dtype
+    console.print(
+        f"[bold]Model[/]    {model.id} · {model.model_type or 'unknown architecture'}"
+        f" · {format_count(model.params)} parameters ({model.params:,})"
+        f" · {model_bits} · from {SOURCE_LABEL[model.source]}"
+    )
+    layers = "all" if training.num_layers == -1 else str(training.num_layers)
+    console.print(
+        f"[bold]Run[/]      {training.fine_tune_type} · {layers} layers · batch {training.batch_size}"
+        f" × {training.max_seq_length} tokens · rank {training.rank} · {training.optimizer}"
+        + (" · grad checkpoint" if training.grad_checkpoint else "")
+    )
+    print_warnings(plan.machine)
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("method")
+    table.add_column("estimate", justify="right")
+    table.add_column("budget", justify="right")
+    table.add_column("headroom", justify="right")
+    table.add_column("verdict")
+    table.add_column("vs budget", no_wrap=True)
+    for e in plan.estimates:
+        label = METHOD_LABELS[e.method] + (" ◀" if e.selected else "")
+        table.add_row(
+            Text(label, style="bold" if e.selected else ""),
+            format_gb(e.rule_bytes),
+            format_gb(e.usable_bytes),
+            format_gb(e.headroom_bytes),
+            Text(e.verdict, style=VERDICT_STYLE[e.verdict]),
+            bar(e.rule_bytes, e.usable_bytes),
+        )
+    console.print(table)
+    console.print("[dim]◀ your run. Estimates by the source's rule of thumb (SPEC §2): LoRA 2 GB/B + 3, QLoRA 0.7 GB/B + 3, full 12 GB/B + 4.[/]")
+    render_remedies(plan)
+    console.print("[dim]GB = 10^9 bytes.[/]")
+
+
+def render_remedies(plan: Plan) -> None:
+    if not plan.remedies:
+        return
+    console.print(f"[bold]{METHOD_LABELS[plan.training.method]} does not fit. What to change, in this order:[/]")
+    for i, r in enumerate(plan.remedies, 1):
+        if r.new_bytes is None:
+            result = ""
+        else:
+            word = "fits" if r.fits else "still does not fit"
+            result = f" → {format_gb(r.new_bytes)}, [{VERDICT_STYLE['fits' if r.fits else 'does not fit']}]{word}[/]"
+        console.print(f"  {i}. [bold]{r.change}[/]{result}  [dim]{r.why}[/]")
+
+
+def render_fits(table_data: FitsTable) -> None:
+    console.print(f"[bold]Machine[/]  {machine_line(table_data.machine)}")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("model size", justify="right")
+    for method in ("lora", "qlora", "full"):
+        table.add_column(METHOD_LABELS[method], justify="right")
+    for size, estimates in table_data.rows:
+        cells = [
+            Text.assemble(f"{format_gb(e.rule_bytes, 0)} ", (e.verdict, VERDICT_STYLE[e.verdict]))
+            for e in estimates
+        ]
+        table.add_row(f"{size:g}B", *cells)
+    console.print(table)
+    console.print("[dim]Rule of thumb (SPEC §2). GB = 10^9 bytes.[/]")
+
+
+def render_models(rows: list[tuple[str, str, int]]) -> None:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("id")
+    table.add_column("architecture")
+    table.add_column("parameters", justify="right")
+    for model_id, model_type, params in rows:
+        table.add_row(model_id, model_type, format_count(params))
+    console.print(table)

@@ -1,0 +1,69 @@
+"""The training run being planned, in mlx-lm's words and with mlx-lm's defaults.
+
+This is the one place that holds the defaults (mlx_lm/lora.py: CONFIG_DEFAULTS);
+tests/test_training.py pins them against the installed mlx-lm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+from .errors import BadInput
+
+FINE_TUNE_TYPES = ("lora", "dora", "full")
+OPTIMIZERS = ("adam", "adamw", "muon", "sgd", "adafactor")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    fine_tune_type: str = field(default="lora", metadata={"help": "lora, dora or full."})
+    optimizer: str = field(default="adam", metadata={"help": "adam, adamw, muon, sgd or adafactor."})
+    num_layers: int = field(default=16, metadata={"help": "Blocks to train, counted from the last; -1 for all."})
+    batch_size: int = field(default=4, metadata={"help": "Examples per step."})
+    max_seq_length: int = field(default=2048, metadata={"help": "Longest example in tokens; longer ones are truncated."})
+    grad_checkpoint: bool = field(default=False, metadata={"help": "Recompute activations in the backward pass."})
+    grad_accumulation_steps: int = field(default=1, metadata={"help": "Steps accumulated before each optimizer update."})
+    rank: int = field(default=8, metadata={"help": "LoRA rank."})
+    scale: float = field(default=20.0, metadata={"help": "LoRA scale."})
+    dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
+    quantize: bool = field(default=False, metadata={"help": "QLoRA: quantize the base as mlx_lm.convert -q does."})
+    bits: int = field(default=4, metadata={"help": "Bits per weight of the quantized base (mlx_lm.convert -q)."})
+    group_size: int = field(default=64, metadata={"help": "Quantization group size (mlx_lm.convert -q)."})
+
+    def __post_init__(self):
+        if self.fine_tune_type not in FINE_TUNE_TYPES:
+            raise BadInput(f"unknown fine-tune type {self.fine_tune_type!r} (use {', '.join(FINE_TUNE_TYPES)})")
+        if self.optimizer not in OPTIMIZERS:
+            raise BadInput(f"unknown optimizer {self.optimizer!r} (use {', '.join(OPTIMIZERS)})")
+        for name in ("batch_size", "max_seq_length", "rank", "grad_accumulation_steps", "group_size"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.num_layers == 0 or self.num_layers < -1:
+            raise BadInput(f"num-layers must be positive or -1 (all), got {self.num_layers}")
+        if self.bits not in (2, 3, 4, 5, 6, 8):
+            raise BadInput(f"bits must be one of 2, 3, 4, 5, 6, 8, got {self.bits}")
+        if self.quantize and self.fine_tune_type == "full":
+            raise BadInput("QLoRA trains adapters on a quantized base: use --fine-tune-type lora or dora")
+
+    @property
+    def method(self) -> str:
+        """The row of the rule this run belongs to: lora, qlora or full."""
+        if self.fine_tune_type == "full":
+            return "full"
+        return "qlora" if self.quantize else "lora"
+
+    def layers_trained(self, total_layers: int) -> int:
+        if self.num_layers == -1:
+            return total_layers
+        if self.num_layers > total_layers:
+            raise BadInput(
+                f"Requested to train {self.num_layers} layers but the model only has {total_layers} layers"
+            )
+        return self.num_layers
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def defaults() -> dict:
+    return {f.name: f.default for f in fields(TrainingConfig)}

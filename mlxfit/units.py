@@ -1,0 +1,53 @@
+"""Byte sizes in and out. Internally everything is integer bytes.
+
+Output uses decimal gigabytes (GB = 10^9 bytes), the unit of the source's rule of
+thumb and of mlx-lm's own "peak_memory" report.
+"""
+
+import re
+
+from .errors import BadInput
+
+GB = 10**9
+GiB = 2**30
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 10**3, "KB": 10**3, "KIB": 2**10,
+    "M": 10**6, "MB": 10**6, "MIB": 2**20,
+    "G": 10**9, "GB": 10**9, "GIB": 2**30,
+    "T": 10**12, "TB": 10**12, "TIB": 2**40,
+}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
+
+
+def parse_bytes(text: str, default_unit: str = "GB") -> int:
+    """'36GB', '36 GiB', '512MB', '36' (default unit) -> bytes. Raises BadInput."""
+    match = _SIZE.match(str(text))
+    if not match:
+        raise BadInput(f"not a memory size: {text!r} (try 36GB, 36GiB or 512MB)")
+    number, unit = float(match.group(1)), (match.group(2) or default_unit).upper()
+    if unit not in _UNITS:
+        raise BadInput(f"unknown unit {match.group(2)!r} in {text!r} (use GB, GiB or MB)")
+    size = int(round(number * _UNITS[unit]))
+    if size <= 0:
+        raise BadInput(f"memory size must be positive, got {text!r}")
+    return size
+
+
+def gb(n_bytes: float) -> float:
+    return n_bytes / GB
+
+
+def format_gb(n_bytes: float, digits: int = 1) -> str:
+    return f"{n_bytes / GB:.{digits}f} GB"
+
+
+def format_count(n: int) -> str:
+    """Parameter counts the way model cards write them: 7.62B, 494M."""
+    if n >= 10**9:
+        return f"{n / 1e9:.2f}B"
+    if n >= 10**6:
+        return f"{n / 1e6:.0f}M"
+    return f"{n / 1e3:.0f}K"
