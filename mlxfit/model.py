@@ -130,9 +130,10 @@ def from_catalog(model_id: str) -> ModelInfo | None:
 
 
 def from_hub(repo_id: str) -> ModelInfo:
-    """Fetch config.json only, through huggingface_hub (its cache and offline mode)."""
+    """Fetch config.json only, through huggingface_hub: its cache first, then the
+    network unless HF_HUB_OFFLINE is set. Never weights, never remote code."""
     try:
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import hf_hub_download, try_to_load_from_cache
         from huggingface_hub.errors import (
             EntryNotFoundError,
             LocalEntryNotFoundError,
@@ -140,6 +141,9 @@ def from_hub(repo_id: str) -> ModelInfo:
         )
     except ImportError as e:  # pragma: no cover - huggingface_hub is a dependency
         raise MlxfitError(f"cannot look up {repo_id!r}: huggingface_hub is missing") from e
+    cached = try_to_load_from_cache(repo_id, "config.json")
+    if isinstance(cached, str):
+        return _from_config(repo_id, "hub", read_config_file(Path(cached)))
     try:
         path = hf_hub_download(repo_id, "config.json")
     except LocalEntryNotFoundError as e:

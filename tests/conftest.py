@@ -1,0 +1,80 @@
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from mlxfit.machine import PlatformReadings  # noqa: E402
+
+GB = 10**9
+
+# Recorded readings: an M3 Max MacBook Pro (36 GB), a Linux box with one
+# 24 GB NVIDIA GPU, and this CPU-only Linux box.
+MAC_36GB = PlatformReadings(
+    system_total=38654705664,
+    system_used=14 * GB,
+    system_available=38654705664 - 14 * GB,
+    backend="metal",
+    device_info={
+        "architecture": "applegpu_g15s",
+        "device_name": "Apple M3 Max",
+        "memory_size": 38654705664,
+        "max_buffer_size": 28991029248,
+        "max_recommended_working_set_size": 28991029248,
+        "resource_limit": 499000,
+    },
+)
+CUDA_24GB = PlatformReadings(
+    system_total=128 * GB,
+    system_used=10 * GB,
+    system_available=118 * GB,
+    backend="cuda",
+    device_info={
+        "device_name": "NVIDIA GeForce RTX 4090",
+        "architecture": "sm_89",
+        "total_memory": 25757220864,
+        "free_memory": 25255673856,
+    },
+)
+LINUX_CPU = PlatformReadings(
+    system_total=25275990016,
+    system_used=1 * GB,
+    system_available=25275990016 - 1 * GB,
+    backend="cpu",
+    device_info={"architecture": "x86_64", "device_name": "AMD EPYC"},
+)
+
+
+@pytest.fixture(autouse=True)
+def isolated_user_dirs(tmp_path, monkeypatch):
+    """No test reads or writes the user's caches or reaches the network."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("MLXFIT_DEBUG", raising=False)
+
+
+@pytest.fixture
+def platform(monkeypatch):
+    """Replace the real platform reads with a recorded machine."""
+
+    def use(readings):
+        monkeypatch.setattr("mlxfit.machine.read_platform", lambda: readings)
+        return readings
+
+    return use
+
+
+@pytest.fixture
+def model_folder(tmp_path):
+    """Write a config.json folder and return its path."""
+
+    def make(config, name="model"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config))
+        return folder
+
+    return make

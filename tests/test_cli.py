@@ -1,0 +1,203 @@
+"""The CLI end to end: JSON fields, verdicts, bad input, and no heavy imports."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from mlxfit.cli import cli
+from conftest import GB, LINUX_CPU, MAC_36GB
+from tiny_configs import TINY
+
+
+def run(*args, exit_code=0):
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == exit_code, result.output
+    return result
+
+
+def run_json(*args):
+    return json.loads(run(*args, "--json").output)
+
+
+def estimates(data):
+    return {e["method"]: e for e in data["estimates"]}
+
+
+def test_probe_7b_on_a_36gb_laptop(platform):
+    platform(LINUX_CPU)
+    data = run_json("probe", "--model", "7B", "--memory", "36GB")
+    by = estimates(data)
+    assert by["lora"]["rule_bytes"] == 17 * GB and by["lora"]["fits"]
+    assert by["full"]["rule_bytes"] == 88 * GB and not by["full"]["fits"]
+    assert data["machine"]["usable_bytes"] == 27 * GB
+    assert set(data["machine"]) >= {"total_bytes", "used_bytes", "available_bytes", "reserve_bytes", "usable_bytes", "backend", "unified"}
+    assert set(data["model"]) >= {"id", "model_type", "params", "bits"}
+
+
+def test_probe_catalog_model_offline():
+    data = run_json("probe", "--model", "Qwen/Qwen2.5-7B-Instruct")
+    assert data["model"]["params"] == 7_615_616_512
+    assert data["model"]["source"] == "catalog" and data["model"]["model_type"] == "qwen2"
+    assert estimates(data)["lora"]["rule_bytes"] == pytest.approx(18.2 * GB, rel=0.002)
+
+
+def test_catalog_ids_match_case_insensitively():
+    data = run_json("probe", "--model", "qwen/QWEN2.5-7b-instruct")
+    assert data["model"]["id"] == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def test_mlx_community_quantized_name_is_qlora():
+    data = run_json("probe", "--model", "mlx-community/Qwen2.5-7B-Instruct-4bit")
+    assert data["model"]["bits"] == 4
+    assert estimates(data)["qlora"]["selected"]
+
+
+def test_probe_default_model_works_offline():
+    data = run_json("probe")
+    assert data["model"]["id"] == "Qwen/Qwen3-0.6B"
+    assert estimates(data)["lora"]["selected"]
+
+
+def test_probe_text_output(platform):
+    platform(MAC_36GB)
+    out = run("probe", "--model", "14B").output
+    assert "does not fit" in out and "--method qlora" in out
+    assert "GB = 10^9 bytes" in out
+
+
+def test_local_quantized_folder(model_folder):
+    config = dict(TINY["qwen2"], quantization={"group_size": 32, "bits": 4})
+    data = run_json("probe", "--model", str(model_folder(config)), "--num-layers", "-1")
+    assert data["model"]["source"] == "local"
+    assert (data["model"]["bits"], data["model"]["group_size"]) == (4, 32)
+
+
+def run_fresh_process(args, env_extra):
+    """huggingface_hub reads HF_HOME and HF_HUB_OFFLINE when first imported, so
+    hub lookups are tested in a fresh interpreter with the environment set."""
+    import os
+
+    env = dict(os.environ, **env_extra)
+    return subprocess.run([sys.executable, "-m", "mlxfit", *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_hub_id_read_from_the_huggingface_cache(tmp_path):
+    # A real huggingface_hub cache entry, as hf_hub_download lays it out.
+    repo = tmp_path / "hf" / "hub" / "models--someone--tiny-llama"
+    snapshot = repo / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40)
+    (snapshot / "config.json").write_text(json.dumps(TINY["llama"]))
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    result = run_fresh_process(["probe", "--model", "someone/tiny-llama", "--num-layers", "2", "--json"], env)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["model"]["source"] == "hub" and data["model"]["params"] == 90432
+
+
+def test_unknown_hub_id_offline(tmp_path):
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    result = run_fresh_process(["probe", "--model", "nobody/not-a-model"], env)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "Error: unknown model 'nobody/not-a-model': not a local folder, not in the built-in "
+        "catalog, and its config.json is not in the Hugging Face cache (offline?)"
+    )
+
+
+def test_fits_table_json(platform):
+    platform(LINUX_CPU)
+    rows = run_json("fits", "--memory", "36GB")["rows"]
+    by_size = {r["params"]: {e["method"]: e["fits"] for e in r["estimates"]} for r in rows}
+    assert by_size[7 * 10**9] == {"lora": True, "qlora": True, "full": False}
+    assert by_size[1_500_000_000]["full"] is True
+
+
+def test_memory_json_on_a_recorded_mac(platform):
+    platform(MAC_36GB)
+    machine = run_json("memory")["machine"]
+    assert machine["backend"] == "metal" and machine["unified"]
+    assert machine["usable_bytes"] == machine["total_bytes"] - machine["reserve_bytes"]
+
+
+def test_memory_gib_unit(platform):
+    platform(LINUX_CPU)
+    assert run_json("memory", "--memory", "36GiB")["machine"]["total_bytes"] == 36 * 2**30
+
+
+def test_models_lists_the_catalog():
+    ids = {m["id"] for m in run_json("models")["models"]}
+    assert {"Qwen/Qwen3-30B-A3B", "mistralai/Mixtral-8x7B-Instruct-v0.1", "google/gemma-3-1b-it"} <= ids
+
+
+def test_help_and_version():
+    assert "Examples" in run("-h").output
+    assert "0.1.0" in run("--version").output
+
+
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["probe", "--model", "gibberish"], 1, "unknown model 'gibberish'"),
+        (["probe", "--memory", "abc"], 2, "not a memory size: 'abc'"),
+        (["probe", "--memory", "-4GB"], 2, "not a memory size"),
+        (["probe", "--memory", "0GB"], 2, "memory size must be positive"),
+        (["memory", "--memory", "12XB"], 2, "unknown unit 'XB'"),
+        (["probe", "--model", "0B"], 2, "model size must be positive"),
+        (["probe", "--batch-size", "0"], 2, "batch-size must be at least 1"),
+        (["probe", "--max-seq-length", "0"], 2, "max-seq-length must be at least 1"),
+        (["probe", "--num-layers", "99"], 2, "Requested to train 99 layers but the model only has 28 layers"),
+        (["probe", "--reserve", "2"], 2, "reserve must be a fraction"),
+    ],
+)
+def test_bad_input_is_one_line_and_an_exit_status(args, code, message):
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == code
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_folder_without_config(tmp_path):
+    result = CliRunner().invoke(cli, ["probe", "--model", str(tmp_path)])
+    assert result.exit_code == 1 and "has no config.json" in result.output
+
+
+def test_malformed_config(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    result = CliRunner().invoke(cli, ["probe", "--model", str(tmp_path)])
+    assert result.exit_code == 1 and "is not valid JSON" in result.output
+
+
+def test_unknown_model_type(model_folder):
+    result = CliRunner().invoke(cli, ["probe", "--model", str(model_folder({"model_type": "bert"}))])
+    assert result.exit_code == 1 and "model_type 'bert' is not supported" in result.output
+
+
+def test_debug_switch_reraises(monkeypatch):
+    monkeypatch.setenv("MLXFIT_DEBUG", "1")
+    result = CliRunner().invoke(cli, ["probe", "--model", "gibberish"])
+    assert result.exception is not None and "unknown model" in str(result.exception)
+
+
+def test_estimate_path_never_imports_mlx_lm_or_transformers():
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from mlxfit.cli import cli\n"
+        "for args in (['probe'], ['probe', '--model', 'Qwen/Qwen2.5-7B-Instruct', '--json'], ['fits'], ['memory']):\n"
+        "    r = CliRunner().invoke(cli, args)\n"
+        "    assert r.exit_code == 0, r.output\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('mlx_lm', 'transformers', 'huggingface_hub'))\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_python_dash_m_works():
+    out = subprocess.run([sys.executable, "-m", "mlxfit", "--version"], capture_output=True, text=True, check=True).stdout
+    assert "mlxfit" in out

@@ -1,0 +1,102 @@
+"""Every number in SPEC.md §2-3, reproduced by the rule and the verdicts."""
+
+import pytest
+
+from mlxfit.machine import build_machine
+from mlxfit.plan import fits_table, largest_fitting_params, make_plan
+from mlxfit.model import from_size
+from mlxfit.rule import rule_bytes
+from mlxfit.training import TrainingConfig
+from conftest import LINUX_CPU
+
+GB = 10**9
+
+
+@pytest.mark.parametrize(
+    "size_b, lora_gb, full_gb",
+    [(0.5, 4, 10), (1.5, 6, 22), (3, 9, 40), (7, 17, 88), (14, 31, 172)],
+)
+def test_source_table(size_b, lora_gb, full_gb):
+    params = int(size_b * 1e9)
+    assert rule_bytes("lora", params) == lora_gb * GB
+    assert rule_bytes("full", params) == full_gb * GB
+
+
+def test_7b_figures():
+    params = 7 * 10**9
+    # 16 bytes/weight before activations = 112 GB; the rule adds the fixed 4 GB.
+    assert rule_bytes("full_fp32_master", params) == (112 + 4) * GB
+    assert rule_bytes("qlora", params) == pytest.approx(7.9 * GB)
+
+
+def test_qlora_figures_of_the_source():
+    assert round(rule_bytes("qlora", 8 * 10**9) / GB) == 9
+    assert round(rule_bytes("lora", 8 * 10**9) / GB) == 19
+    assert round(rule_bytes("qlora", 27 * 10**9) / GB) == 22  # "27-32B ≈ 22-26 GB"
+    assert 25 * GB <= rule_bytes("qlora", 32 * 10**9) <= 26 * GB
+
+
+def laptop():
+    return build_machine(LINUX_CPU, memory=36 * GB)
+
+
+def test_36gb_laptop_has_27gb_usable():
+    assert laptop().usable_bytes == 27 * GB
+
+
+@pytest.mark.parametrize(
+    "size, method, fits",
+    [
+        ("1.5B", "lora", True),
+        ("7B", "lora", True),
+        ("14B", "lora", False),
+        ("32B", "qlora", True),
+        ("1.5B", "full", True),
+        ("3B", "full", False),
+    ],
+)
+def test_36gb_laptop_verdicts(size, method, fits):
+    plan = make_plan(laptop(), from_size(size), TrainingConfig())
+    estimate = next(e for e in plan.estimates if e.method == method)
+    assert estimate.fits is fits
+
+
+def test_36gb_laptop_limits():
+    usable = laptop().usable_bytes
+    # "LoRA tops out near 10B, full near 1.5B": between the common sizes that fit
+    # (8B LoRA, 1.5B full) and the next ones that do not (14B, 3B).
+    assert 8e9 <= largest_fitting_params("lora", usable) < 14e9
+    assert 1.5e9 <= largest_fitting_params("full", usable) < 3e9
+
+
+def test_16gb_gpu_verdicts():
+    gpu = build_machine(LINUX_CPU, gpu_memory=16 * GB)
+    assert not gpu.unified
+    plan = make_plan(gpu, from_size("8B"), TrainingConfig())
+    by_method = {e.method: e for e in plan.estimates}
+    assert not by_method["lora"].fits
+    assert by_method["qlora"].fits and by_method["qlora"].verdict == "fits"
+
+
+def test_fits_table_reproduces_the_36gb_example():
+    rows = dict(fits_table(laptop()).rows)
+    assert [e.fits for e in rows[1.5]] == [True, True, True]
+    assert [e.fits for e in rows[7]] == [True, True, False]
+    assert [e.fits for e in rows[14]] == [False, True, False]
+    assert rows[32][1].fits  # QLoRA
+
+
+def test_remedies_follow_the_source_order():
+    plan = make_plan(laptop(), from_size("14B"), TrainingConfig())
+    changes = [r.change for r in plan.remedies]
+    assert changes[0].startswith("--max-seq-length")
+    assert changes[1].startswith("--batch-size")
+    assert changes[2] == "--method qlora" and plan.remedies[2].fits
+    assert changes[3] == "--grad-checkpoint"
+    assert "at most" in changes[4] and plan.remedies[4].fits
+
+
+def test_full_remedies_offer_lora():
+    plan = make_plan(laptop(), from_size("3B"), TrainingConfig(fine_tune_type="full"))
+    lora = next(r for r in plan.remedies if r.change == "--fine-tune-type lora")
+    assert lora.new_bytes == 9 * GB and lora.fits
