@@ -123,11 +123,20 @@ def memory(memory, gpu_memory, reserve, json_):
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True)
 @click.option("--bits", type=int, default=4, show_default=True, help="QLoRA: bits per weight of the quantized base.")
 @click.option("--group-size", type=int, default=64, show_default=True, help="QLoRA: quantization group size.")
+@click.option("--measure", "do_measure", is_flag=True, help="Also run a few real mlx-lm training steps (in a child process) and report the true peak.")
+@click.option("--force", is_flag=True, help="Measure even when the estimate says the run does not fit.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds before a measurement is stopped.")
+@click.option("--steps", type=click.IntRange(min=3), default=6, show_default=True, help="Most steps to measure; stops earlier once the peak has held for two steps.")
 @machine_options
 @json_option
 @handle_errors
-def probe(model_spec, fine_tune_type, method, num_layers, batch_size, max_seq_length, grad_checkpoint, rank, optimizer, bits, group_size, memory, gpu_memory, reserve, json_):
-    """Will LoRA, QLoRA and full fine-tuning of MODEL fit? What to change if not."""
+def probe(model_spec, fine_tune_type, method, num_layers, batch_size, max_seq_length, grad_checkpoint, rank, optimizer, bits, group_size, do_measure, force, timeout, steps, memory, gpu_memory, reserve, json_):
+    """Will LoRA, QLoRA and full fine-tuning of MODEL fit? What to change if not.
+
+    With --measure, mlxfit then trains the run you asked for a few steps with
+    mlx-lm (random weights in the model's dtype when only a config is at hand)
+    and reports the measured peak beside the prediction.
+    """
     from . import render
     from .model import resolve_model
     from .plan import make_plan
@@ -152,10 +161,37 @@ def probe(model_spec, fine_tune_type, method, num_layers, batch_size, max_seq_le
     if model.architecture is not None:
         training.layers_trained(model.architecture.num_layers)
     plan = make_plan(get_machine(memory, gpu_memory, reserve), model, training)
+    comparison = None
+    if do_measure:
+        comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_)
     if json_:
-        render.print_json(plan.to_dict())
+        data = plan.to_dict()
+        if comparison is not None:
+            data.update(comparison.to_dict())
+        render.print_json(data)
     else:
         render.render_plan(plan)
+        if comparison is not None:
+            render.render_comparison(comparison)
+
+
+def run_measurement(plan, force, timeout, steps, quiet):
+    from . import render
+    from .measure import Comparison, measure, request_for
+    from .units import format_gb
+
+    predicted = plan.selected.rule_bytes
+    usable = plan.machine.usable_bytes
+    if predicted > usable and not force:
+        raise MlxfitError(
+            f"refusing to measure: the predicted {format_gb(predicted)} exceeds the "
+            f"{format_gb(usable)} budget and could push this machine into swap; "
+            "change the run (see the remedies without --measure) or pass --force"
+        )
+    request = request_for(plan.model, plan.training, max_steps=steps)
+    with render.measure_progress(quiet=quiet) as on_event:
+        measurement = measure(request, timeout=timeout, on_event=on_event)
+    return Comparison(measurement, predicted, usable)
 
 
 @cli.command()

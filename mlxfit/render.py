@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 
 from rich import box
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -161,3 +163,63 @@ def render_models(rows: list[tuple[str, str, int]]) -> None:
     for model_id, model_type, params in rows:
         table.add_row(model_id, model_type, format_count(params))
     console.print(table)
+
+
+@contextmanager
+def measure_progress(quiet: bool = False):
+    """A spinner on stderr with the stage, the step and the time taken."""
+    if quiet:
+        yield lambda event: None
+        return
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=False,
+    )
+    with progress:
+        task = progress.add_task("starting the measuring process", total=None)
+
+        def on_event(event: dict) -> None:
+            kind = event["event"]
+            if kind == "stage":
+                progress.update(task, description=event["stage"])
+            elif kind == "built":
+                progress.console.print(f"  model ready in {event['seconds']:.1f} s, {format_gb(event['peak_bytes'], 2)} held")
+            elif kind == "step":
+                progress.console.print(
+                    f"  step {event['step']}: peak {format_gb(event['peak_bytes'], 2)} in {event['seconds']:.2f} s"
+                )
+                progress.update(task, description=f"training steps (step {event['step'] + 1})")
+            elif kind in ("done", "error"):
+                progress.update(task, description="done" if kind == "done" else "failed")
+
+        yield on_event
+
+
+def render_comparison(comparison) -> None:
+    m = comparison.measurement
+    data = comparison.to_dict()
+    judged = data["measured_verdict"]
+    console.print(f"[bold]Measured[/] on the {m.backend} backend, {m.steps} steps in {m.seconds:.1f} s (model built in {m.build_seconds:.1f} s)")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("figure")
+    table.add_column("bytes", justify="right")
+    table.add_column("what it is")
+    table.add_row("peak (steps)", format_gb(m.peak_bytes, 2), "mx.get_peak_memory(), reset after the model was built")
+    table.add_row("peak with load", format_gb(m.peak_with_load_bytes, 2), "the figure mlx-lm's trainer reports")
+    table.add_row("allocator cache", format_gb(m.cache_bytes, 2), "mx.get_cache_memory(): freed buffers MLX keeps")
+    table.add_row("process peak", format_gb(m.process_peak_bytes, 2), "resident high-water mark of the process")
+    table.add_row("predicted", format_gb(comparison.predicted_bytes, 2), f"error {comparison.error_pct:+.1f}% against peak with load")
+    console.print(table)
+    style = VERDICT_STYLE[judged["verdict"]]
+    console.print(
+        f"Measured verdict: [{style}]{judged['verdict']}[/] — {format_gb(judged['bytes'], 2)} occupied "
+        f"against a {format_gb(comparison.usable_bytes)} budget"
+    )
+    if comparison.cache_breaks_budget:
+        console.print(
+            "[yellow]The allocator cache is what breaks the budget:[/] cap it with "
+            "mx.set_cache_limit(...) or mlx_lm.lora's --clear-cache-threshold."
+        )

@@ -1,0 +1,135 @@
+"""Build the model mlx-lm would train, ready for training. Imports mlx_lm: only the
+measuring child process (and tests) use this module.
+
+Mirrors mlx_lm/lora.py `train_model` up to the trainer call: freeze, then unfreeze
+the last `num_layers` blocks (full) or convert them to LoRA/DoRA layers.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten, tree_unflatten
+
+from .errors import MlxfitError
+from .training import TrainingConfig
+
+# Random weights repeat a random block of this many values: memory does not
+# depend on the values, and a full-size random draw costs several times more
+# time and memory than the weights themselves.
+_FILL_PERIOD = 1 << 20
+_DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+
+
+def has_weights(folder: Path | None) -> bool:
+    return folder is not None and folder.is_dir() and bool(glob.glob(str(folder / "model*.safetensors")))
+
+
+def _random_fill(shape, dtype, scale=0.02):
+    n = math.prod(shape)
+    if n <= _FILL_PERIOD:
+        return mx.random.uniform(-scale, scale, shape, dtype=dtype)
+    block = mx.random.uniform(-scale, scale, (_FILL_PERIOD,), dtype=dtype)
+    reps = -(-n // _FILL_PERIOD)
+    return mx.broadcast_to(block, (reps, _FILL_PERIOD)).reshape(-1)[:n].reshape(shape)
+
+
+def model_dtype(config: dict) -> mx.Dtype:
+    inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    name = config.get("torch_dtype") or config.get("dtype") or inner.get("torch_dtype") or inner.get("dtype") or "bfloat16"
+    return _DTYPES.get(name, mx.bfloat16)
+
+
+def _drop_untrained_head(model: nn.Module) -> None:
+    """Gemma 3 checkpoints have no lm_head: gemma3_text's sanitize() drops it on load."""
+    inner = getattr(model, "language_model", model)
+    if type(inner).__module__.endswith("gemma3_text") and "lm_head" in inner:
+        inner.sanitize({})
+
+
+def random_model(config: dict, dtype: mx.Dtype | None = None) -> nn.Module:
+    """The architecture with random weights in the model's dtype; left lazy."""
+    from mlx_lm.utils import _get_classes
+
+    try:
+        model_class, args_class = _get_classes(config)
+        model = model_class(args_class.from_dict(config))
+    except (ValueError, TypeError, KeyError) as e:
+        raise MlxfitError(f"mlx-lm cannot build {config.get('model_type')!r} from this config: {e}") from e
+    _drop_untrained_head(model)
+    dtype = dtype or model_dtype(config)
+    weights = [
+        (name, _random_fill(p.shape, dtype) if p.ndim >= 2 else p.astype(dtype))
+        for name, p in tree_flatten(model.parameters())
+    ]
+    model.update(tree_unflatten(weights))
+    return model
+
+
+def load_weights_model(folder: Path) -> nn.Module:
+    from mlx_lm.utils import load_model
+
+    model, _ = load_model(folder, lazy=True)
+    return model
+
+
+def quantize(model: nn.Module, config: dict, training: TrainingConfig) -> nn.Module:
+    """As `mlx_lm.convert -q` does (mlx_lm/utils.py: quantize_model)."""
+    from mlx_lm.utils import quantize_model
+
+    model, _ = quantize_model(model, config, group_size=training.group_size, bits=training.bits)
+    return model
+
+
+def materialize(model: nn.Module) -> None:
+    """Evaluate one parameter at a time, so lazy sources never pile up."""
+    for _, p in tree_flatten(model.parameters()):
+        mx.eval(p)
+
+
+def prepare_for_training(model: nn.Module, training: TrainingConfig) -> None:
+    """mlx_lm/lora.py train_model: freeze, then unfreeze or convert the last blocks."""
+    from mlx_lm.tuner.utils import linear_to_lora_layers
+
+    model.freeze()
+    num_layers = training.num_layers
+    if num_layers > len(model.layers):
+        raise MlxfitError(
+            f"Requested to train {num_layers} layers but the model only has {len(model.layers)} layers"
+        )
+    if training.fine_tune_type == "full":
+        for layer in model.layers[-max(num_layers, 0):]:
+            layer.unfreeze()
+    else:
+        try:
+            linear_to_lora_layers(
+                model,
+                num_layers,
+                {"rank": training.rank, "scale": training.scale, "dropout": training.dropout},
+                use_dora=(training.fine_tune_type == "dora"),
+            )
+        except ValueError as e:
+            raise MlxfitError(str(e)) from e
+
+
+def build(config: dict, folder: Path | None, training: TrainingConfig, on_stage=lambda stage: None) -> nn.Module:
+    """Load (real weights) or build (random weights), quantize for QLoRA, prepare."""
+    if has_weights(folder):
+        on_stage("loading weights")
+        model = load_weights_model(folder)
+    else:
+        on_stage("building random weights")
+        model = random_model(config)
+    already_quantized = bool(config.get("quantization"))
+    if training.quantize and not already_quantized:
+        on_stage("quantizing")
+        model = quantize(model, config, training)
+    materialize(model)
+    on_stage("preparing adapters" if training.fine_tune_type != "full" else "unfreezing layers")
+    prepare_for_training(model, training)
+    materialize(model)
+    return model

@@ -1,0 +1,142 @@
+"""The measuring process: `python -m mlxfit.child` reads one JSON request on stdin,
+builds the model, takes the steps, and writes JSON-line events to its stdout.
+
+Everything else the child prints (mlx-lm's own messages) goes to stderr, so the
+event stream stays clean. Runs in a throwaway working directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import threading
+import time
+import traceback
+
+_OUT = None
+
+
+def emit(event: str, **fields) -> None:
+    _OUT.write(json.dumps({"event": event, **fields}) + "\n")
+    _OUT.flush()
+
+
+class RssSampler:
+    """The process's resident set high-water mark, sampled every few milliseconds."""
+
+    def __init__(self, interval: float = 0.005):
+        import psutil
+
+        self._process = psutil.Process()
+        self._interval = interval
+        self._stop = threading.Event()
+        self.peak = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._process.memory_info().rss)
+            self._stop.wait(self._interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def high_water(self) -> int:
+        # ru_maxrss: kilobytes on Linux, bytes on macOS.
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        maxrss *= 1 if sys.platform == "darwin" else 1024
+        return max(self.peak, self._process.memory_info().rss, maxrss)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    text = str(error).lower()
+    return isinstance(error, MemoryError) or any(
+        marker in text for marker in ("unable to allocate", "out of memory", "insufficient memory", "std::bad_alloc", "bad_alloc")
+    )
+
+
+def run(request: dict) -> None:
+    from pathlib import Path
+
+    from .errors import MlxfitError
+    from .training import TrainingConfig
+
+    training = TrainingConfig(**request["training"])
+    folder = Path(request["folder"]) if request.get("folder") else None
+    step_now = 0
+    with RssSampler() as rss:
+        try:
+            emit("stage", stage="importing mlx-lm")
+            import mlx.core as mx
+
+            from .build import build
+            from .machine import mlx_backend
+            from .steps import batches, full_length_dataset, run_steps
+
+            tic = time.perf_counter()
+            model = build(request["config"], folder, training, on_stage=lambda s: emit("stage", stage=s))
+            load_peak = mx.get_peak_memory()
+            build_seconds = time.perf_counter() - tic
+            emit("built", seconds=build_seconds, peak_bytes=load_peak)
+
+            mx.reset_peak_memory()
+            dataset = full_length_dataset(training.batch_size, request["length"], request["vocab_size"])
+
+            def on_step(record):
+                nonlocal step_now
+                step_now = record.step
+                emit("step", step=record.step, peak_bytes=record.peak_bytes, seconds=record.seconds, tokens=record.tokens)
+
+            emit("stage", stage="training steps")
+            step_now = 1
+            tic = time.perf_counter()
+            records = run_steps(model, training, batches(dataset, training), request["max_steps"], on_step=on_step)
+            seconds = time.perf_counter() - tic
+            steps_peak = max(r.peak_bytes for r in records)
+            emit(
+                "done",
+                measured={
+                    "peak_bytes": steps_peak,
+                    "peak_with_load_bytes": max(load_peak, steps_peak),
+                    "cache_bytes": mx.get_cache_memory(),
+                    "process_peak_bytes": rss.high_water(),
+                    "steps": len(records),
+                    "seconds": seconds,
+                    "build_seconds": build_seconds,
+                    "backend": mlx_backend(),
+                    "step_peaks_bytes": [r.peak_bytes for r in records],
+                    "step_seconds": [r.seconds for r in records],
+                    "tokens_per_step": records[-1].tokens,
+                },
+            )
+        except MlxfitError as e:
+            emit("error", kind="input", message=str(e), step=step_now)
+        except Exception as e:  # noqa: BLE001 - every failure becomes a report
+            kind = "oom" if is_out_of_memory(e) else "crash"
+            emit(
+                "error",
+                kind=kind,
+                message=f"{type(e).__name__}: {e}",
+                step=step_now,
+                process_peak_bytes=rss.high_water(),
+                traceback=traceback.format_exc(limit=8),
+            )
+
+
+def main() -> None:
+    global _OUT
+    _OUT = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+    run(json.loads(sys.stdin.read()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""Run a few real mlx-lm training steps in a child process and report the peak.
+
+The child (mlxfit/child.py) does the work; this side starts it, shows progress,
+enforces the timeout, stops it on Ctrl-C, and turns a crash or an out-of-memory
+kill into a report. Nothing is written outside a temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import MlxfitError
+from .model import ModelInfo
+from .training import TrainingConfig
+from .units import format_gb
+
+DEFAULT_MAX_STEPS = 6
+
+
+class MeasurementFailed(MlxfitError):
+    """The run died; the message says where and after how much memory."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    peak_bytes: int  # mx.get_peak_memory() over the steps, reset after the build
+    peak_with_load_bytes: int  # the same, not reset: what mlx-lm's trainer reports
+    cache_bytes: int  # mx.get_cache_memory() after the steps
+    process_peak_bytes: int  # the process's resident high-water mark
+    steps: int
+    seconds: float
+    build_seconds: float
+    backend: str
+    step_peaks_bytes: tuple[int, ...] = field(default=())
+    step_seconds: tuple[float, ...] = field(default=())
+    tokens_per_step: int = 0
+
+    @property
+    def occupied_bytes(self) -> int:
+        """What really held memory: the larger of MLX's peak and the process's."""
+        return max(self.peak_with_load_bytes, self.process_peak_bytes)
+
+    @property
+    def tokens_per_second(self) -> float:
+        steady = self.step_seconds[1:] or self.step_seconds
+        return self.tokens_per_step * len(steady) / sum(steady) if steady and sum(steady) else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "peak_bytes": self.peak_bytes,
+            "peak_with_load_bytes": self.peak_with_load_bytes,
+            "cache_bytes": self.cache_bytes,
+            "process_peak_bytes": self.process_peak_bytes,
+            "steps": self.steps,
+            "seconds": self.seconds,
+            "build_seconds": self.build_seconds,
+            "backend": self.backend,
+            "step_peaks_bytes": list(self.step_peaks_bytes),
+            "tokens_per_second": self.tokens_per_second,
+        }
+
+
+def _reader(stream, sink: queue.Queue) -> None:
+    for line in stream:
+        sink.put(line)
+    sink.put(None)
+
+
+def _tail_reader(stream, tail: deque) -> None:
+    for line in stream:
+        tail.append(line.rstrip())
+
+
+def _memory_cap(limit: int):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
+
+
+def request_for(model: ModelInfo, training: TrainingConfig, length: int | None = None, max_steps: int = DEFAULT_MAX_STEPS) -> dict:
+    if model.config is None:
+        raise MlxfitError(
+            f"{model.id} is a bare size with no architecture to build: measure a catalog id, "
+            "a Hugging Face repo id or a folder with config.json"
+        )
+    arch = model.architecture
+    return {
+        "config": model.config,
+        "folder": str(model.path) if model.path else None,
+        "training": training.to_dict(),
+        "length": length or training.max_seq_length,
+        "vocab_size": arch.vocab_size,
+        "max_steps": max_steps,
+    }
+
+
+def measure(
+    request: dict,
+    timeout: float | None = None,
+    on_event: Callable[[dict], None] = lambda e: None,
+    memory_cap: int | None = None,
+) -> Measurement:
+    """Run the child; return its Measurement or raise MeasurementFailed."""
+    with tempfile.TemporaryDirectory(prefix="mlxfit-") as workdir:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "mlxfit.child"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=workdir,
+            start_new_session=True,  # Ctrl-C reaches us; we stop the child ourselves
+            preexec_fn=_memory_cap(memory_cap) if memory_cap else None,
+        )
+        events: queue.Queue = queue.Queue()
+        stderr_tail: deque = deque(maxlen=20)
+        threading.Thread(target=_reader, args=(child.stdout, events), daemon=True).start()
+        threading.Thread(target=_tail_reader, args=(child.stderr, stderr_tail), daemon=True).start()
+        child.stdin.write(json.dumps(request))
+        child.stdin.close()
+
+        deadline = time.monotonic() + timeout if timeout else None
+        watch = _RssWatch(child.pid)
+        last: dict = {"step": 0, "peak_bytes": 0, "stage": "starting"}
+        result = None
+        try:
+            while True:
+                watch.sample()
+                if deadline is not None and time.monotonic() > deadline:
+                    _stop(child)
+                    raise MeasurementFailed(
+                        f"measurement timed out after {timeout:g} s at step {last['step']} "
+                        f"(peak so far {format_gb(max(last['peak_bytes'], watch.peak), 2)}); "
+                        "raise --timeout or shrink the run"
+                    )
+                try:
+                    line = events.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                if line is None:
+                    break
+                event = json.loads(line)
+                on_event(event)
+                if event["event"] == "stage":
+                    last["stage"] = event["stage"]
+                elif event["event"] in ("step", "built"):
+                    last.update(step=event.get("step", 0), peak_bytes=event["peak_bytes"])
+                elif event["event"] in ("done", "error"):
+                    result = event
+        except KeyboardInterrupt:
+            _stop(child)
+            raise MeasurementFailed(f"interrupted at step {last['step']}; the measuring process was stopped") from None
+        child.wait()
+
+    if result is not None and result["event"] == "done":
+        return Measurement(**{k: tuple(v) if isinstance(v, list) else v for k, v in result["measured"].items()})
+    raise MeasurementFailed(_failure_message(child.returncode, result, last, max(last["peak_bytes"], watch.peak), stderr_tail))
+
+
+class _RssWatch:
+    """The child's resident memory seen from outside, so a killed child still has a figure."""
+
+    def __init__(self, pid: int):
+        import psutil
+
+        try:
+            self._process = psutil.Process(pid)
+        except psutil.Error:
+            self._process = None
+        self.peak = 0
+
+    def sample(self) -> None:
+        if self._process is None:
+            return
+        try:
+            self.peak = max(self.peak, self._process.memory_info().rss)
+        except Exception:  # the child is gone
+            self._process = None
+
+
+def _failure_message(returncode: int, result: dict | None, last: dict, held: int, stderr_tail) -> str:
+    in_steps = last["stage"] == "training steps"
+    where = f"at step {last['step'] + 1}" if in_steps else f"while {last['stage']}"
+    if result is not None:
+        if result["kind"] == "input":
+            return result["message"]
+        held = max(held, result.get("process_peak_bytes", 0))
+        if result["kind"] == "oom":
+            return f"ran out of memory {where} after {format_gb(held, 2)} ({result['message']})"
+        return f"the measuring process failed {where}: {result['message']}"
+    if returncode is not None and returncode < 0:
+        name = signal.Signals(-returncode).name
+        if -returncode == signal.SIGKILL:
+            return f"ran out of memory {where} after {format_gb(held, 2)}: the system killed the measuring process ({name})"
+        return (
+            f"the measuring process crashed ({name}) {where} after {format_gb(held, 2)}; MLX dies this way "
+            "when an allocation fails, so it most likely ran out of memory"
+        )
+    detail = stderr_tail[-1] if stderr_tail else "no output"
+    return f"the measuring process exited with status {returncode} {where}: {detail}"
+
+
+def _stop(child: subprocess.Popen) -> None:
+    child.terminate()
+    try:
+        child.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A measurement beside its prediction, judged against the budget."""
+
+    measurement: Measurement
+    predicted_bytes: int
+    usable_bytes: int
+
+    @property
+    def error_pct(self) -> float:
+        """Positive: the prediction was above the measured peak (the safe side)."""
+        measured = self.measurement.peak_with_load_bytes
+        return round(100.0 * (self.predicted_bytes - measured) / measured, 2)
+
+    @property
+    def cache_breaks_budget(self) -> bool:
+        m = self.measurement
+        return m.occupied_bytes <= self.usable_bytes < m.peak_bytes + m.cache_bytes
+
+    def to_dict(self) -> dict:
+        from .plan import verdict
+
+        occupied = self.measurement.occupied_bytes
+        return {
+            "measured": self.measurement.to_dict(),
+            "predicted_peak_bytes": self.predicted_bytes,
+            "error_pct": self.error_pct,
+            "measured_verdict": {
+                "bytes": occupied,
+                "verdict": verdict(occupied, self.usable_bytes),
+                "fits": occupied <= self.usable_bytes,
+                "cache_breaks_budget": self.cache_breaks_budget,
+            },
+        }

@@ -1,0 +1,123 @@
+"""A few real training steps, exactly as mlx-lm's trainer takes them.
+
+mlx_lm/tuner/trainer.py `train` has no reusable step: its loop also validates,
+reports and saves adapters. This mirrors the part that decides memory: gradient
+checkpointing on the block class, `nn.value_and_grad` over mlx-lm's
+`default_loss`, the compiled step over model/optimizer/random state, the
+optimizer update, and `mx.eval(state, ...)` after each step. Batches come from
+mlx-lm's own `iterate_batches`. tests/test_measure.py checks the peak against the
+real trainer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+from mlx.nn.utils import average_gradients
+from mlx.utils import tree_map
+
+from .training import TrainingConfig
+
+LEARNING_RATE = 1e-5  # mlx_lm/lora.py CONFIG_DEFAULTS["learning_rate"]
+
+
+def make_optimizer(name: str) -> optim.Optimizer:
+    """mlx_lm/lora.py train_model: the optimizer class by name, default config."""
+    classes = {
+        "adam": optim.Adam,
+        "adamw": optim.AdamW,
+        "muon": optim.Muon,
+        "sgd": optim.SGD,
+        "adafactor": optim.Adafactor,
+    }
+    return classes[name](learning_rate=LEARNING_RATE)
+
+
+def full_length_dataset(batch_size: int, length: int, vocab_size: int, seed: int = 0) -> list:
+    """`batch_size` examples of exactly `length` tokens: the worst batch mlx-lm can make.
+
+    Items are (tokens, offset) pairs, the shape iterate_batches accepts.
+    """
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(0, vocab_size, size=length).tolist(), 0) for _ in range(batch_size)]
+
+
+def batches(dataset: list, training: TrainingConfig):
+    from mlx_lm.tuner.trainer import iterate_batches
+
+    return iterate_batches(dataset, training.batch_size, training.max_seq_length, loop=True, seed=0)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: int
+    peak_bytes: int  # mx.get_peak_memory() since the reset before the steps
+    active_bytes: int
+    seconds: float
+    tokens: int
+
+
+def run_steps(
+    model: nn.Module,
+    training: TrainingConfig,
+    batch_iter,
+    max_steps: int,
+    min_steps: int = 3,
+    on_step: Callable[[StepRecord], None] = lambda r: None,
+    stable_within: float = 0.001,
+) -> list[StepRecord]:
+    """Train until the peak has held for two steps (at least `min_steps`, at most
+    `max_steps`). One step is not enough: on the CPU backend the step at which
+    the optimizer state and the gradients first overlap varies from run to run."""
+    from mlx_lm.tuner.trainer import default_loss, grad_checkpoint
+    from mlx_lm.utils import maybe_set_recommended_wired_limit
+
+    maybe_set_recommended_wired_limit()
+    optimizer = make_optimizer(training.optimizer)
+    if training.grad_checkpoint:
+        grad_checkpoint(model.layers[0])
+    loss_value_and_grad = nn.value_and_grad(model, default_loss)
+    grad_accum_steps = training.grad_accumulation_steps
+    state = [model.state, optimizer.state, mx.random.state]
+
+    @partial(mx.compile, inputs=state, outputs=state)
+    def step(batch, prev_grad, do_update):
+        (lvalue, toks), grad = loss_value_and_grad(model, *batch)
+        if prev_grad is not None:
+            grad = tree_map(lambda x, y: x + y, grad, prev_grad)
+        if do_update:
+            grad = average_gradients(grad)
+            if grad_accum_steps > 1:
+                grad = tree_map(lambda x: x / grad_accum_steps, grad)
+            optimizer.update(model, grad)
+            grad = None
+        return lvalue, toks, grad
+
+    model.train()
+    records: list[StepRecord] = []
+    grad_accum = None
+    # Every optimizer update must be seen: the optimizer state appears at the first.
+    min_steps = max(min_steps, grad_accum_steps + 1)
+    for it, batch in zip(range(1, max_steps + 1), batch_iter):
+        tic = time.perf_counter()
+        lvalue, toks, grad_accum = step(batch, grad_accum, it % grad_accum_steps == 0)
+        mx.eval(state, lvalue, toks, grad_accum)
+        record = StepRecord(
+            step=it,
+            peak_bytes=mx.get_peak_memory(),
+            active_bytes=mx.get_active_memory(),
+            seconds=time.perf_counter() - tic,
+            tokens=int(toks.item()),
+        )
+        records.append(record)
+        on_step(record)
+        if it >= min_steps and record.peak_bytes <= records[-3].peak_bytes * (1 + stable_within):
+            break
+    return records

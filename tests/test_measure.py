@@ -1,0 +1,143 @@
+"""`--measure`: real steps in a child process, checked against mlx-lm's trainer."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mlxfit.cli import cli
+from mlxfit.measure import MeasurementFailed, measure, request_for
+from mlxfit.model import from_folder
+from mlxfit.training import TrainingConfig
+from conftest import LINUX_CPU
+from tiny_configs import TINY
+
+HERE = Path(__file__).parent
+# float32 keeps CPU steps fast; one bf16 case below covers half precision.
+SMALL = dict(TINY["llama"], hidden_size=128, intermediate_size=256, vocab_size=512, torch_dtype="float32")
+
+
+def small_request(tmp_path, config=SMALL, length=64, max_steps=6, name="small", **training):
+    folder = tmp_path / name
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    training = TrainingConfig(**{"num_layers": -1, "batch_size": 2, "max_seq_length": length, **training})
+    return request_for(from_folder(folder), training, max_steps=max_steps)
+
+
+def trainer_peaks(request):
+    out = subprocess.run(
+        [sys.executable, str(HERE / "trainer_reference.py")],
+        input=json.dumps(request), capture_output=True, text=True, check=True, timeout=300,
+    ).stdout
+    line = next(l for l in out.splitlines() if l.startswith("PEAKS "))
+    return [int(round(gb * 1e9)) for gb in json.loads(line[6:])]
+
+
+@pytest.mark.parametrize("grad_checkpoint", [False, True], ids=["no-gc", "gc"])
+@pytest.mark.parametrize(
+    "method", [{"fine_tune_type": "lora"}, {"fine_tune_type": "dora"}, {"fine_tune_type": "full"}, {"quantize": True}],
+    ids=["lora", "dora", "full", "qlora"],
+)
+def test_agrees_with_mlx_lm_trainer(tmp_path, method, grad_checkpoint):
+    request = small_request(tmp_path, grad_checkpoint=grad_checkpoint, **method)
+    measured = measure(request, timeout=300)
+    request["max_steps"] = measured.steps
+    reference = trainer_peaks(request)[-1]
+    assert measured.peak_with_load_bytes == pytest.approx(reference, rel=0.03)
+
+
+def test_half_precision_agrees_with_trainer(tmp_path):
+    config = dict(SMALL, torch_dtype="bfloat16", hidden_size=64, intermediate_size=128)
+    request = small_request(tmp_path, config=config, length=32)
+    measured = measure(request, timeout=300)
+    request["max_steps"] = measured.steps
+    assert measured.peak_with_load_bytes == pytest.approx(trainer_peaks(request)[-1], rel=0.03)
+
+
+def test_measurement_fields_and_stable_peak(tmp_path):
+    m = measure(small_request(tmp_path), timeout=300)
+    assert m.backend == "cpu"
+    assert 3 <= m.steps <= 6 and len(m.step_peaks_bytes) == m.steps
+    assert m.step_peaks_bytes[-1] == m.peak_bytes  # the run stopped once the peak held
+    assert m.peak_with_load_bytes >= m.peak_bytes > 0
+    assert m.process_peak_bytes > m.peak_bytes  # Python and MLX themselves live in RSS too
+    assert m.cache_bytes >= 0
+
+
+def test_optimizer_state_appears_at_the_first_update(tmp_path):
+    """Step 1 creates Adam's moments: its peak is below step 2's for full fine-tuning."""
+    m = measure(small_request(tmp_path, fine_tune_type="full"), timeout=300)
+    assert m.step_peaks_bytes[1] > m.step_peaks_bytes[0]
+
+
+def test_real_weights_are_loaded(tmp_path):
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    from mlxfit.build import random_model
+
+    request = small_request(tmp_path)
+    folder = Path(request["folder"])
+    model = random_model(SMALL)
+    mx.save_safetensors(str(folder / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    before = sorted(p.name for p in folder.iterdir())
+    events = []
+    m = measure(request, timeout=300, on_event=events.append)
+    assert any(e.get("stage") == "loading weights" for e in events)
+    built = measure(small_request(tmp_path, name="config-only"), timeout=300)
+    assert m.peak_bytes == pytest.approx(built.peak_bytes, rel=0.03)
+    assert sorted(p.name for p in folder.iterdir()) == before  # nothing written into the model folder
+
+
+def test_out_of_memory_is_reported_not_raised(tmp_path):
+    # Logits alone for 4 x 2048 tokens x 32000 vocab in float32 take 1 GB; the
+    # child's address space is capped below what the step needs. MLX's CPU
+    # backend then dies with SIGSEGV inside the step (it does not raise).
+    config = dict(SMALL, vocab_size=32000)
+    request = small_request(tmp_path, config=config, length=2048, batch_size=4)
+    with pytest.raises(MeasurementFailed) as failure:
+        measure(request, timeout=300, memory_cap=1_500_000_000)
+    message = str(failure.value)
+    assert re.search(r"crashed \(SIG\w+\) at step 1 after [\d.]+ GB", message), message
+    assert "most likely ran out of memory" in message
+
+
+def test_timeout(tmp_path):
+    with pytest.raises(MeasurementFailed, match="timed out after 0.5 s"):
+        measure(small_request(tmp_path), timeout=0.5)
+
+
+def test_bare_size_cannot_be_measured():
+    from mlxfit.errors import MlxfitError
+    from mlxfit.model import from_size
+
+    with pytest.raises(MlxfitError, match="bare size with no architecture"):
+        request_for(from_size("7B"), TrainingConfig())
+
+
+def test_cli_measure_json(tmp_path, platform):
+    platform(LINUX_CPU)
+    folder = Path(small_request(tmp_path)["folder"])
+    result = CliRunner().invoke(
+        cli, ["probe", "--model", str(folder), "--measure", "--num-layers", "-1", "--batch-size", "2", "--max-seq-length", "64", "--json"],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert set(data["measured"]) >= {"peak_bytes", "peak_with_load_bytes", "cache_bytes", "process_peak_bytes", "steps", "seconds", "backend"}
+    assert isinstance(data["predicted_peak_bytes"], int) and isinstance(data["error_pct"], float)
+    assert "verdict" in data["measured_verdict"]
+
+
+def test_cli_refuses_a_run_predicted_not_to_fit(tmp_path, platform):
+    platform(LINUX_CPU)
+    folder = Path(small_request(tmp_path)["folder"])
+    result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--num-layers", "-1", "--measure", "--memory", "2GB"])
+    assert result.exit_code == 1
+    assert "refusing to measure" in result.output and "--force" in result.output
