@@ -123,6 +123,7 @@ def memory(memory, gpu_memory, reserve, json_):
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True)
 @click.option("--bits", type=int, default=4, show_default=True, help="QLoRA: bits per weight of the quantized base.")
 @click.option("--group-size", type=int, default=64, show_default=True, help="QLoRA: quantization group size.")
+@click.option("--backend", type=click.Choice(["cpu", "metal", "cuda"]), help="Estimate for this MLX backend (default: this machine's; metal with --memory, cuda with --gpu-memory).")
 @click.option("--measure", "do_measure", is_flag=True, help="Also run a few real mlx-lm training steps (in a child process) and report the true peak.")
 @click.option("--force", is_flag=True, help="Measure even when the estimate says the run does not fit.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds before a measurement is stopped.")
@@ -130,7 +131,7 @@ def memory(memory, gpu_memory, reserve, json_):
 @machine_options
 @json_option
 @handle_errors
-def probe(model_spec, fine_tune_type, method, num_layers, batch_size, max_seq_length, grad_checkpoint, rank, optimizer, bits, group_size, do_measure, force, timeout, steps, memory, gpu_memory, reserve, json_):
+def probe(model_spec, fine_tune_type, method, num_layers, batch_size, max_seq_length, grad_checkpoint, rank, optimizer, bits, group_size, backend, do_measure, force, timeout, steps, memory, gpu_memory, reserve, json_):
     """Will LoRA, QLoRA and full fine-tuning of MODEL fit? What to change if not.
 
     With --measure, mlxfit then trains the run you asked for a few steps with
@@ -160,7 +161,8 @@ def probe(model_spec, fine_tune_type, method, num_layers, batch_size, max_seq_le
     model = resolve_model(model_spec)
     if model.architecture is not None:
         training.layers_trained(model.architecture.num_layers)
-    plan = make_plan(get_machine(memory, gpu_memory, reserve), model, training)
+    machine = get_machine(memory, gpu_memory, reserve)
+    plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend))
     comparison = None
     if do_measure:
         comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_)
@@ -175,12 +177,26 @@ def probe(model_spec, fine_tune_type, method, num_layers, batch_size, max_seq_le
             render.render_comparison(comparison)
 
 
+def local_calibration(machine, backend):
+    """Stored measurements correct estimates for this machine's own backend only."""
+    from .calibration import calibration
+
+    if machine.hypothetical or (backend and backend != machine.backend):
+        return None
+    return calibration(machine.backend)
+
+
 def run_measurement(plan, force, timeout, steps, quiet):
     from . import render
+    from .machine import mlx_backend
     from .measure import Comparison, measure, request_for
+    from .plan import predict
     from .units import format_gb
 
-    predicted = plan.selected.rule_bytes
+    # Judge the measurement against the estimate for the backend it runs on.
+    backend = mlx_backend()
+    raw_predicted, _ = predict(plan.model, plan.training, backend)
+    predicted, _ = predict(plan.model, plan.training, backend, plan.calibration)
     usable = plan.machine.usable_bytes
     if predicted > usable and not force:
         raise MlxfitError(
@@ -191,6 +207,10 @@ def run_measurement(plan, force, timeout, steps, quiet):
     request = request_for(plan.model, plan.training, max_steps=steps)
     with render.measure_progress(quiet=quiet) as on_event:
         measurement = measure(request, timeout=timeout, on_event=on_event)
+    if plan.model.architecture is not None:
+        from .calibration import record
+
+        record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict())
     return Comparison(measurement, predicted, usable)
 
 
@@ -226,3 +246,26 @@ def models(json_):
         render.print_json({"models": [{"id": i, "model_type": t, "params": p} for i, t, p in rows]})
     else:
         render.render_models(rows)
+
+
+@cli.command()
+@click.option("--clear", is_flag=True, help="Remove every stored measurement.")
+@json_option
+@handle_errors
+def calibration(clear, json_):
+    """Show (or --clear) the measurements that calibrate estimates on this machine."""
+    from . import calibration as store
+    from . import render
+
+    if clear:
+        removed = store.clear()
+        if json_:
+            render.print_json({"removed": removed})
+        else:
+            render.console.print(f"Removed {removed} stored measurement{'s' if removed != 1 else ''} from {store.measurements_dir()}")
+        return
+    entries = store.stored()
+    if json_:
+        render.print_json({"directory": str(store.measurements_dir()), "measurements": entries})
+    else:
+        render.render_calibration(store.measurements_dir(), entries)

@@ -130,9 +130,7 @@ def build_machine(
         reserve_b = _reserve_bytes(
             total, reserve, UNIFIED_RESERVE if unified else DISCRETE_RESERVE
         )
-        backend = readings.backend if unified else "cuda"
-        if unified and backend == "cuda":
-            backend = "metal"
+        backend = "metal" if unified else "cuda"  # the machines these stand for
         return Machine(
             total_bytes=total,
             used_bytes=0,

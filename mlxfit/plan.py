@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from .estimate import Breakdown, estimate
 from .machine import Machine
 from .model import ModelInfo
 from .rule import RULES, rule_bytes
@@ -29,32 +30,46 @@ def verdict(need_bytes: int, usable_bytes: int) -> str:
 
 @dataclass(frozen=True)
 class Estimate:
+    """One method's need: the detailed breakdown where the architecture is known,
+    else the rule of thumb. The verdict follows the detailed figure when there is one."""
+
     method: str
     rule_bytes: int
     usable_bytes: int
     selected: bool = False
+    detailed: Breakdown | None = None
+
+    @property
+    def predicted_bytes(self) -> int:
+        return self.detailed.peak_bytes if self.detailed else self.rule_bytes
 
     @property
     def headroom_bytes(self) -> int:
-        return self.usable_bytes - self.rule_bytes
+        return self.usable_bytes - self.predicted_bytes
 
     @property
     def verdict(self) -> str:
-        return verdict(self.rule_bytes, self.usable_bytes)
+        return verdict(self.predicted_bytes, self.usable_bytes)
 
     @property
     def fits(self) -> bool:
-        return self.rule_bytes <= self.usable_bytes
+        return self.predicted_bytes <= self.usable_bytes
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "method": self.method,
             "rule_bytes": self.rule_bytes,
             "fits": self.fits,
             "verdict": self.verdict,
             "headroom_bytes": self.headroom_bytes,
             "selected": self.selected,
+            "predicted_peak_bytes": self.predicted_bytes,
+            "basis": "detailed" if self.detailed else "rule",
         }
+        if self.detailed:
+            data["breakdown"] = dict(self.detailed.parts)
+            data["backend"] = self.detailed.backend
+        return data
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,8 @@ class Plan:
     training: TrainingConfig
     estimates: tuple[Estimate, ...]
     remedies: tuple[Remedy, ...] = field(default=())
+    backend: str = "cpu"
+    calibration: object = None  # mlxfit.calibration.Calibration
 
     @property
     def selected(self) -> Estimate:
@@ -89,6 +106,11 @@ class Plan:
             "training": self.training.to_dict(),
             "estimates": [e.to_dict() for e in self.estimates],
             "remedies": [r.to_dict() for r in self.remedies],
+            "backend": self.backend,
+            "calibration": (
+                {"offset_bytes": self.calibration.offset_bytes, "measurements": self.calibration.count}
+                if self.calibration else None
+            ),
         }
 
 
@@ -97,54 +119,129 @@ def largest_fitting_params(method: str, usable_bytes: int) -> int:
     return max(0, int((usable_bytes / GB - fixed) / per_billion * 1e9))
 
 
-def remedies(machine: Machine, model: ModelInfo, training: TrainingConfig) -> tuple[Remedy, ...]:
-    """The source's remedies in its order, with the rule's number where it has one."""
-    method = training.method
-    usable = machine.usable_bytes
-    found = [
-        Remedy(
-            f"--max-seq-length {max(training.max_seq_length // 2, 1)}",
-            "frees the most; first check that typical examples still fit "
-            "(the rule's fixed part assumes moderate lengths, so it cannot size this)",
-        ),
-        Remedy(
-            f"--batch-size {max(training.batch_size // 2, 1)}",
-            "fewer activations held at once (not sized by the rule)",
-        ),
-    ]
-    if method != "qlora":
-        need = rule_bytes("qlora", model.params)
-        found.append(
-            Remedy("--method qlora", "the 4-bit base takes about a quarter of a 16-bit one", need, need <= usable)
-        )
-    if not training.grad_checkpoint:
-        found.append(
-            Remedy("--grad-checkpoint", "about 20-30% slower, far less activation memory (not sized by the rule)")
-        )
+def training_for(method: str, training: TrainingConfig) -> TrainingConfig:
+    """The user's run, switched to another method (all other settings kept)."""
     if method == "full":
-        need = rule_bytes("lora", model.params)
+        return replace(training, fine_tune_type="full", quantize=False)
+    fine_tune_type = "lora" if training.fine_tune_type == "full" else training.fine_tune_type
+    return replace(training, fine_tune_type=fine_tune_type, quantize=(method == "qlora"))
+
+
+CALIBRATION_PART = "calibration"
+
+
+def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibration=None) -> tuple[int, Breakdown | None]:
+    """The detailed estimate where the architecture is known, else the rule.
+
+    `calibration` (from mlxfit.calibration) adds this machine's measured gap."""
+    if model.architecture is None:
+        return rule_bytes(training.method, model.params), None
+    breakdown = estimate(model, training, backend)
+    if calibration is not None:
+        breakdown = breakdown.with_part(CALIBRATION_PART, calibration.offset_bytes)
+    return breakdown.peak_bytes, breakdown
+
+
+def _halvings(value: int, floor: int) -> list[int]:
+    out = []
+    while value // 2 >= floor:
+        value //= 2
+        out.append(value)
+    return out
+
+
+def _first_fitting(model, training, backend, usable, candidates, calibration=None):
+    """The mildest candidate change that fits, else the strongest one tried."""
+    tried = None
+    for change, why, new_training in candidates:
+        need, _ = predict(model, new_training, backend, calibration)
+        tried = Remedy(change, why, need, need <= usable)
+        if tried.fits:
+            return tried
+    return tried
+
+
+def remedies(machine: Machine, model: ModelInfo, training: TrainingConfig, backend: str, calibration=None) -> tuple[Remedy, ...]:
+    """The source's remedies in its order (SPEC §4), then mlx-lm's own knobs, each
+    with the new prediction. Without an architecture only the rule can speak."""
+    method, usable = training.method, machine.usable_bytes
+    detailed = model.architecture is not None
+    found: list[Remedy] = []
+
+    def need_for(new_training):
+        return predict(model, new_training, backend, calibration)[0]
+
+    def first_fitting(candidates):
+        return _first_fitting(model, training, backend, usable, candidates, calibration)
+
+    if detailed:
+        found.append(first_fitting([
+            (f"--max-seq-length {n}", "frees the most; first check that typical examples still fit", replace(training, max_seq_length=n))
+            for n in _halvings(training.max_seq_length, 32)
+        ]))
+        found.append(first_fitting([
+            (f"--batch-size {b} --grad-accumulation-steps {training.batch_size // b * training.grad_accumulation_steps}",
+             "fewer activations at once; accumulation keeps the effective batch", replace(training, batch_size=b))
+            for b in _halvings(training.batch_size, 1)
+        ]))
+    else:
+        found.append(Remedy(f"--max-seq-length {max(training.max_seq_length // 2, 1)}",
+                            "frees the most; first check that typical examples still fit (the rule cannot size this)"))
+        found.append(Remedy(f"--batch-size {max(training.batch_size // 2, 1)}", "fewer activations held at once (the rule cannot size this)"))
+    if method != "qlora":
+        need = need_for(training_for("qlora", training))
+        found.append(Remedy("--method qlora", "the 4-bit base takes about a quarter of a 16-bit one", need, need <= usable))
+    if not training.grad_checkpoint:
+        if detailed:
+            need = need_for(replace(training, grad_checkpoint=True))
+            found.append(Remedy("--grad-checkpoint", "about 20-30% slower, far less activation memory", need, need <= usable))
+        else:
+            found.append(Remedy("--grad-checkpoint", "about 20-30% slower, far less activation memory (the rule cannot size this)"))
+    if method == "full":
+        need = need_for(training_for("lora", training))
         found.append(Remedy("--fine-tune-type lora", "LoRA instead of full fine-tuning", need, need <= usable))
     largest = largest_fitting_params(method, usable)
     if largest > 0:
-        need = rule_bytes(method, largest)
-        found.append(
-            Remedy(f"a model of at most {format_count(largest)} parameters", f"largest that fits {format_gb(usable)} with {method}", need, True)
-        )
+        found.append(Remedy(f"a model of at most {format_count(largest)} parameters",
+                            f"by the rule of thumb, the largest that fits {format_gb(usable)} with {method}",
+                            rule_bytes(method, largest), True))
     else:
         found.append(Remedy("a smaller model", f"even a tiny model does not fit {format_gb(usable)} with {method}"))
-    return tuple(found)
+    if detailed:
+        layers = training.layers_trained(model.architecture.num_layers)
+        found.append(first_fitting([
+            (f"--num-layers {n}", "train fewer of the last blocks (mlx-lm)", replace(training, num_layers=n))
+            for n in _halvings(layers, 1)
+        ]) or Remedy("--num-layers", "already training a single block"))
+        if method != "full":
+            found.append(first_fitting([
+                (f"--rank {r}", "a smaller adapter (mlx-lm)", replace(training, rank=r)) for r in _halvings(training.rank, 1)
+            ]) or Remedy("--rank", "already rank 1"))
+    return tuple(r for r in found if r is not None)
 
 
-def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig) -> Plan:
+def cheapest_fitting(plan: "Plan") -> Remedy | None:
+    """The first remedy, in the source's order, that fits (a model change excluded)."""
+    for r in plan.remedies:
+        if r.fits and "model" not in r.change:
+            return r
+    return None
+
+
+def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, backend: str | None = None, calibration=None) -> Plan:
+    """`calibration` only makes sense for the machine it was measured on."""
+    backend = backend or machine.backend
     if model.quantized and not training.quantize and training.fine_tune_type != "full":
         training = replace(training, quantize=True)  # LoRA on a quantized base is QLoRA
-    estimates = tuple(
-        Estimate(m, rule_bytes(m, model.params), machine.usable_bytes, selected=(m == training.method))
-        for m in METHODS
-    )
-    plan = Plan(machine, model, training, estimates)
+    estimates = []
+    for method in METHODS:
+        run = training if method == training.method else training_for(method, training)
+        _, breakdown = predict(model, run, backend, calibration)
+        estimates.append(Estimate(method, rule_bytes(method, model.params), machine.usable_bytes,
+                                  selected=(method == training.method), detailed=breakdown))
+    plan = Plan(machine, model, training, tuple(estimates), backend=backend, calibration=calibration)
     if not plan.selected.fits:
-        plan = replace(plan, remedies=remedies(machine, model, training))
+        plan = replace(plan, remedies=remedies(machine, model, training, backend, calibration))
     return plan
 
 

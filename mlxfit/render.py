@@ -86,6 +86,42 @@ def render_memory(machine: Machine) -> None:
     console.print("[dim]GB = 10^9 bytes[/]")
 
 
+PART_STYLES = {
+    "weights (frozen)": "grey62",
+    "weights (trainable)": "green",
+    "gradients": "yellow",
+    "optimizer state": "orange3",
+    "update temporaries": "dark_orange",
+    "activations": "cyan",
+    "attention scores": "magenta",
+    "logits and gradient": "blue",
+    "dora temporaries": "red",
+    "framework": "white",
+    "calibration": "bright_black",
+}
+STACK_WIDTH = 40
+
+
+def stacked_bar(parts: dict, scale: int, usable: int, width: int = STACK_WIDTH) -> Text:
+    """One bar per method, one colour per part; │ marks the budget."""
+    text = Text()
+    cells: list[str] = []
+    used = 0.0
+    for name, n in parts.items():
+        used += width * n / scale
+        count = round(used) - len(cells)
+        cells += [name] * max(count, 0)
+    budget_at = min(round(width * usable / scale), width)
+    for i in range(width + 1):
+        if i == budget_at:
+            text.append("│", style="bold")
+        if i < len(cells):
+            text.append("█", style=PART_STYLES.get(cells[i], "white"))
+        elif i < width:
+            text.append("·", style="dim")
+    return text
+
+
 def render_plan(plan: Plan) -> None:
     model, training = plan.model, plan.training
     console.print(f"[bold]Machine[/]  {machine_line(plan.machine)}")
@@ -96,40 +132,71 @@ def render_plan(plan: Plan) -> None:
         f" · {model_bits} · from {SOURCE_LABEL[model.source]}"
     )
     layers = "all" if training.num_layers == -1 else str(training.num_layers)
+    if plan.calibration is not None:
+        console.print(f"[bold]Calibration[/] {plan.calibration.describe()}: {format_gb(plan.calibration.offset_bytes, 2)} added")
     console.print(
         f"[bold]Run[/]      {training.fine_tune_type} · {layers} layers · batch {training.batch_size}"
         f" × {training.max_seq_length} tokens · rank {training.rank} · {training.optimizer}"
         + (" · grad checkpoint" if training.grad_checkpoint else "")
+        + f" · estimated for the {plan.backend} backend"
     )
     print_warnings(plan.machine)
 
+    detailed = any(e.detailed for e in plan.estimates)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("method")
-    table.add_column("estimate", justify="right")
+    table.add_column("estimate" if detailed else "rule estimate", justify="right")
+    if detailed:
+        table.add_column("rule", justify="right", style="dim")
     table.add_column("budget", justify="right")
     table.add_column("headroom", justify="right")
-    table.add_column("verdict")
-    table.add_column("vs budget", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    if not detailed:  # with a breakdown, the stacked bars below show this
+        table.add_column("vs budget", no_wrap=True)
     for e in plan.estimates:
         label = METHOD_LABELS[e.method] + (" ◀" if e.selected else "")
-        table.add_row(
-            Text(label, style="bold" if e.selected else ""),
-            format_gb(e.rule_bytes),
-            format_gb(e.usable_bytes),
-            format_gb(e.headroom_bytes),
-            Text(e.verdict, style=VERDICT_STYLE[e.verdict]),
-            bar(e.rule_bytes, e.usable_bytes),
-        )
+        row = [Text(label, style="bold" if e.selected else ""), format_gb(e.predicted_bytes)]
+        if detailed:
+            row.append(format_gb(e.rule_bytes))
+        row += [format_gb(e.usable_bytes), format_gb(e.headroom_bytes), Text(e.verdict, style=VERDICT_STYLE[e.verdict])]
+        if not detailed:
+            row.append(bar(e.predicted_bytes, e.usable_bytes))
+        table.add_row(*row)
     console.print(table)
-    console.print("[dim]◀ your run. Estimates by the source's rule of thumb (SPEC §2): LoRA 2 GB/B + 3, QLoRA 0.7 GB/B + 3, full 12 GB/B + 4.[/]")
+    if detailed:
+        console.print("[dim]◀ your run. Estimate: mlxfit's detailed model of mlx-lm's peak; rule: the source's rule of thumb.[/]")
+        render_breakdowns(plan)
+    else:
+        console.print("[dim]◀ your run. No architecture for a bare size, so only the source's rule of thumb (SPEC §2): LoRA 2 GB/B + 3, QLoRA 0.7 GB/B + 3, full 12 GB/B + 4.[/]")
     render_remedies(plan)
     console.print("[dim]GB = 10^9 bytes.[/]")
 
 
+def render_breakdowns(plan: Plan) -> None:
+    scale = max([plan.machine.usable_bytes] + [e.predicted_bytes for e in plan.estimates])
+    for e in plan.estimates:
+        line = Text(f"  {METHOD_LABELS[e.method]:<6}")
+        line.append_text(stacked_bar(e.detailed.parts, scale, plan.machine.usable_bytes))
+        line.append(f" {format_gb(e.predicted_bytes)}")
+        console.print(line)
+    shown = [name for name in PART_STYLES if any(e.detailed.parts.get(name) for e in plan.estimates)]
+    legend = Text("  ")
+    for name in shown:
+        legend.append("█ ", style=PART_STYLES[name])
+        legend.append(name + "  ")
+    console.print(legend)
+    selected = plan.selected.detailed
+    parts = ", ".join(f"{name} {format_gb(n, 2)}" for name, n in selected.parts.items() if n)
+    console.print(f"[dim]  your run: {parts}[/]")
+
+
 def render_remedies(plan: Plan) -> None:
+    from .plan import cheapest_fitting
+
     if not plan.remedies:
         return
     console.print(f"[bold]{METHOD_LABELS[plan.training.method]} does not fit. What to change, in this order:[/]")
+    best = cheapest_fitting(plan)
     for i, r in enumerate(plan.remedies, 1):
         if r.new_bytes is None:
             result = ""
@@ -137,6 +204,8 @@ def render_remedies(plan: Plan) -> None:
             word = "fits" if r.fits else "still does not fit"
             result = f" → {format_gb(r.new_bytes)}, [{VERDICT_STYLE['fits' if r.fits else 'does not fit']}]{word}[/]"
         console.print(f"  {i}. [bold]{r.change}[/]{result}  [dim]{r.why}[/]")
+    if best is not None:
+        console.print(f"[bold]Cheapest single change that fits:[/] {best.change} → {format_gb(best.new_bytes)}")
 
 
 def render_fits(table_data: FitsTable) -> None:
@@ -223,3 +292,22 @@ def render_comparison(comparison) -> None:
             "[yellow]The allocator cache is what breaks the budget:[/] cap it with "
             "mx.set_cache_limit(...) or mlx_lm.lora's --clear-cache-threshold."
         )
+
+
+def render_calibration(directory, entries: list[dict]) -> None:
+    console.print(f"[bold]Stored measurements[/] in {directory}: {len(entries)}")
+    if not entries:
+        console.print("[dim]Run `mlxfit probe --measure` to add one; estimates on this machine then use them.[/]")
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("model", "backend", "run", "predicted", "measured", "mlx / mlx-lm"):
+        table.add_column(name)
+    for e in entries:
+        t = e["training"]
+        run = f"{t['fine_tune_type']}{' (q)' if t.get('quantize') else ''} b{t['batch_size']}×{t['max_seq_length']}"
+        table.add_row(
+            e["model"], e["backend"], run,
+            format_gb(e["predicted_peak_bytes"], 2), format_gb(e["measured"]["peak_with_load_bytes"], 2),
+            f"{e['versions'].get('mlx')} / {e['versions'].get('mlx-lm')}",
+        )
+    console.print(table)

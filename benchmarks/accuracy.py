@@ -1,0 +1,277 @@
+"""How close is the detailed estimate to what mlx-lm really reaches? And the rule?
+
+Builds a fixed grid of training configurations over nine architectures (dense and
+MoE, tied and untied embeddings, small and large vocabularies, fp32 and bf16
+bases, up to Qwen2.5-0.5B), measures each with mlxfit's `--measure` path (real
+mlx-lm steps in a child process), and compares the prediction with the measured
+peak (`peak_with_load_bytes`, the figure mlx-lm's trainer reports).
+
+    python benchmarks/accuracy.py            # measure what is missing, report
+    python benchmarks/accuracy.py --fit      # also refit the CPU coefficients
+
+Measurements are cached in benchmarks/results/accuracy_measurements.jsonl (one
+line per configuration), so a re-run only measures what is new. Coefficients are
+fitted on two thirds of the grid (index % 3 != 0) and the error is reported
+separately on the held-out third.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import random
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mlxfit.estimate import estimate, features  # noqa: E402
+from mlxfit.measure import MeasurementFailed, measure, request_for  # noqa: E402
+from mlxfit.model import _from_config, catalog  # noqa: E402
+from mlxfit.rule import rule_bytes  # noqa: E402
+from mlxfit.training import TrainingConfig  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+CACHE = RESULTS / "accuracy_measurements.jsonl"
+COEFFICIENTS = ROOT / "mlxfit" / "data" / "coefficients.json"
+
+ARCHS = {
+    "llama-tied-8k": {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 8192, "rms_norm_eps": 1e-5, "tie_word_embeddings": True},
+    "qwen2-32k": {"model_type": "qwen2", "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 32000, "rms_norm_eps": 1e-6, "tie_word_embeddings": False},
+    "qwen3-16k": {"model_type": "qwen3", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 6, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 16384, "rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "rope_theta": 1e6, "tie_word_embeddings": False},
+    "phi3-8k": {"model_type": "phi3", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 6, "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 8192, "rms_norm_eps": 1e-5, "tie_word_embeddings": False},
+    "gemma3-32k": {"model_type": "gemma3_text", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64, "vocab_size": 32000, "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 64, "sliding_window": 128, "sliding_window_pattern": 3},
+    "gemma2-16k": {"model_type": "gemma2", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 16384, "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 64},
+    "mixtral-moe": {"model_type": "mixtral", "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 4096, "rms_norm_eps": 1e-5, "tie_word_embeddings": False},
+    "qwen3moe-8k": {"model_type": "qwen3_moe", "hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 128, "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": [], "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 8192, "rms_norm_eps": 1e-6, "rope_theta": 1e6, "tie_word_embeddings": False, "max_position_embeddings": 32768, "norm_topk_prob": True},
+    "qwen2.5-0.5b": dict(catalog()["qwen/qwen2.5-0.5b-instruct"][1]),
+}
+
+
+def grid(size: int = 72, seed: int = 7) -> list[dict]:
+    """A deterministic grid; every knob of the issue appears across it."""
+    rng = random.Random(seed)
+    names = list(ARCHS)
+    specs = []
+    for i in range(size):
+        arch = names[i % len(names)]
+        big = arch == "qwen2.5-0.5b"
+        method = ["lora", "dora", "full", "qlora"][(i // len(names) + i) % 4]
+        if arch in ("mixtral-moe", "qwen3moe-8k") and method == "dora":
+            method = "lora"  # mlx-lm refuses DoRA on SwitchLinear
+        dtype = "bfloat16" if (i % 4 == 1 and not big) else "float32"
+        lengths = [64, 128] if big else ([64, 128, 256, 512] if dtype == "bfloat16" else [64, 128, 256, 512, 1024, 2048, 4096])
+        length = rng.choice(lengths)
+        batch = rng.choice([1, 2, 4, 8])
+        # MLX's CPU quantized matmul has no BLAS behind it: keep QLoRA runs short.
+        budget = 1024 if big else (512 if method == "qlora" else 8192)
+        if method == "qlora":
+            length = min(length, 512)
+        while batch * length > budget and batch > 1:
+            batch //= 2
+        layers = ARCHS[arch]["num_hidden_layers"]
+        num_layers = rng.choice([4, 16, -1])
+        if big:
+            num_layers = rng.choice([4, 16]) if method != "full" else 4
+        specs.append({
+            "index": i,
+            "arch": arch,
+            "dtype": dtype,
+            "method": method,
+            "batch_size": batch,
+            "max_seq_length": length,
+            "rank": rng.choice([4, 8, 16, 64]),
+            "num_layers": num_layers if num_layers <= layers else -1,
+            "grad_checkpoint": rng.random() < 0.4,
+            "optimizer": rng.choice(["adam", "adam", "adamw", "sgd", "adafactor"]),
+        })
+    return specs
+
+
+def spec_key(spec: dict) -> str:
+    body = {k: v for k, v in spec.items() if k != "index"}
+    body["config"] = ARCHS[spec["arch"]]
+    return hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def model_and_training(spec: dict):
+    config = dict(ARCHS[spec["arch"]], torch_dtype=spec["dtype"])
+    model = _from_config(spec["arch"], "catalog", config)
+    training = TrainingConfig(
+        fine_tune_type="full" if spec["method"] == "full" else ("dora" if spec["method"] == "dora" else "lora"),
+        quantize=spec["method"] == "qlora",
+        batch_size=spec["batch_size"],
+        max_seq_length=spec["max_seq_length"],
+        rank=spec["rank"],
+        num_layers=spec["num_layers"],
+        grad_checkpoint=spec["grad_checkpoint"],
+        optimizer=spec["optimizer"],
+    )
+    return model, training
+
+
+def load_cache() -> dict:
+    if not CACHE.exists():
+        return {}
+    rows = (json.loads(line) for line in CACHE.read_text().splitlines() if line.strip())
+    return {row["key"]: row for row in rows}
+
+
+def measure_missing(specs: list[dict], cache: dict) -> None:
+    missing = [s for s in specs if spec_key(s) not in cache]
+    for n, spec in enumerate(missing, 1):
+        model, training = model_and_training(spec)
+        tic = time.time()
+        try:
+            m = measure(request_for(model, training), timeout=900)
+            row = {"key": spec_key(spec), "spec": spec, "measured": m.to_dict()}
+        except MeasurementFailed as e:
+            row = {"key": spec_key(spec), "spec": spec, "failed": str(e)}
+        print(f"[{n}/{len(missing)}] #{spec['index']} {spec['arch']} {spec['method']} B={spec['batch_size']} N={spec['max_seq_length']} "
+              f"-> {row.get('measured', {}).get('peak_with_load_bytes', row.get('failed'))} ({time.time() - tic:.1f} s)", flush=True)
+        cache[row["key"]] = row
+        with CACHE.open("a") as out:
+            out.write(json.dumps(row) + "\n")
+
+
+FITTED = ["act_h", "act_qkv", "act_i", "scores", "scores_softcap", "logits", "logits_softcap", "update", "dora", "fixed"]
+
+
+def design_row(spec: dict) -> tuple[list[float], float]:
+    """Feature columns (bytes) for the fitted coefficients, and the exact part."""
+    model, training = model_and_training(spec)
+    f = features(model, training)
+    exact = f["base_bytes"] + 2 * f["trainable_bytes"] + f["optimizer_bytes"]
+    if training.fine_tune_type == "full":
+        exact -= f["trainable_bytes"]
+    soft = 1.0 if f["softcap"] else 0.0
+    row = [
+        f["act_h_bytes"], f["act_qkv_bytes"], f["act_i_bytes"],
+        f["scores_bytes"], soft * f["scores_bytes"],
+        f["logits_bytes"], soft * f["logits_bytes"],
+        f["trainable_bytes"] + f["optimizer_bytes"], f["dora_bytes"], 1.0,
+    ]
+    return row, exact
+
+
+def fit(rows: list[dict]) -> dict:
+    """Non-negative least squares on relative error over the fit set."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    X, y = [], []
+    for row in rows:
+        feats, exact = design_row(row["spec"])
+        measured = row["measured"]["peak_with_load_bytes"]
+        X.append([v / measured for v in feats])
+        y.append((measured - exact) / measured)
+    coef, _ = nnls(np.array(X), np.array(y))
+    return {name: round(float(value), 4) for name, value in zip(FITTED, coef)}
+
+
+def report(rows: list[dict]) -> list[dict]:
+    table = []
+    for row in sorted(rows, key=lambda r: r["spec"]["index"]):
+        spec = row["spec"]
+        model, training = model_and_training(spec)
+        measured = row["measured"]["peak_with_load_bytes"]
+        predicted = estimate(model, training, "cpu").peak_bytes
+        method = "qlora" if training.quantize else ("full" if training.fine_tune_type == "full" else "lora")
+        rule = rule_bytes(method, model.params)
+        table.append({
+            **{k: spec[k] for k in ("index", "arch", "dtype", "method", "batch_size", "max_seq_length", "rank", "num_layers", "grad_checkpoint", "optimizer")},
+            "set": "held-out" if spec["index"] % 3 == 0 else "fit",
+            "measured_bytes": measured,
+            "predicted_bytes": predicted,
+            "error_pct": round(100 * (predicted - measured) / measured, 2),
+            "rule_bytes": rule,
+            "rule_error_pct": round(100 * (rule - measured) / measured, 1),
+            "steps": row["measured"]["steps"],
+        })
+    return table
+
+
+def summarize(table: list[dict], key: str) -> dict:
+    errors = [r[key] for r in table]
+    return {
+        "n": len(errors),
+        "median_abs": round(statistics.median(abs(e) for e in errors), 2),
+        "worst_abs": round(max(abs(e) for e in errors), 2),
+        "worst_under": round(min(errors), 2),
+    }
+
+
+def write(table: list[dict], coefficients: dict) -> str:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with (RESULTS / "accuracy.csv").open("w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    import mlx.core as mx
+    import mlx_lm
+
+    lines = [
+        "# Detailed estimate vs measured peak (MLX CPU backend)",
+        "",
+        f"mlx {mx.__version__}, mlx-lm {mlx_lm.__version__}; Linux x86_64, 2 cores. Measured: `peak_with_load_bytes` of "
+        "`mlxfit probe --measure` (what mlx-lm's trainer reports). Error = (predicted - measured) / measured.",
+        "",
+        "| set | n | median abs error | worst abs error | worst underestimate |",
+        "|---|---|---|---|---|",
+    ]
+    for label, subset in (("all", table), ("fit", [r for r in table if r["set"] == "fit"]), ("held-out", [r for r in table if r["set"] == "held-out"])):
+        s = summarize(subset, "error_pct")
+        lines.append(f"| detailed, {label} | {s['n']} | {s['median_abs']}% | {s['worst_abs']}% | {s['worst_under']}% |")
+    s = summarize(table, "rule_error_pct")
+    lines.append(f"| rule of thumb, all | {s['n']} | {s['median_abs']}% | {s['worst_abs']}% | {s['worst_under']}% |")
+    lines += ["", "Coefficients (CPU): `" + json.dumps(coefficients) + "`", "",
+              "| # | set | arch | dtype | method | B | N | rank | layers | gc | optimizer | measured MB | predicted MB | error | rule error |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        lines.append(
+            f"| {r['index']} | {r['set']} | {r['arch']} | {r['dtype']} | {r['method']} | {r['batch_size']} | {r['max_seq_length']} | "
+            f"{r['rank']} | {r['num_layers']} | {'on' if r['grad_checkpoint'] else 'off'} | {r['optimizer']} | "
+            f"{r['measured_bytes'] / 1e6:.1f} | {r['predicted_bytes'] / 1e6:.1f} | {r['error_pct']:+.1f}% | {r['rule_error_pct']:+.0f}% |"
+        )
+    text = "\n".join(lines) + "\n"
+    (RESULTS / "accuracy.md").write_text(text)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fit", action="store_true", help="refit the CPU coefficients on the fit set")
+    parser.add_argument("--size", type=int, default=72)
+    parser.add_argument("--no-measure", action="store_true", help="report from the cache only")
+    args = parser.parse_args()
+
+    specs = grid(args.size)
+    cache = load_cache()
+    if not args.no_measure:
+        measure_missing(specs, cache)
+    keys = {spec_key(s) for s in specs}
+    rows = [r for k, r in cache.items() if k in keys and "measured" in r]
+    failed = [r for k, r in cache.items() if k in keys and "failed" in r]
+    coefficients = json.loads(COEFFICIENTS.read_text())
+    if args.fit:
+        coefficients["cpu"] = fit([r for r in rows if r["spec"]["index"] % 3 != 0])
+        COEFFICIENTS.write_text(json.dumps(coefficients, indent=2) + "\n")
+        from mlxfit import estimate as estimate_module
+
+        estimate_module.coefficients.cache_clear()
+    table = report(rows)
+    print(write(table, coefficients["cpu"]).split("\n\n| #")[0])
+    for r in failed:
+        print(f"failed: #{r['spec']['index']} {r['spec']['arch']}: {r['failed']}")
+    overall = summarize(table, "error_pct")
+    print(f"median |error| {overall['median_abs']}%, worst |error| {overall['worst_abs']}%, worst underestimate {overall['worst_under']}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""The detailed estimate: the peak mlx-lm's trainer reaches, as named parts in bytes.
+
+The exact parts (weights, adapters, gradients, optimizer state) are counted from
+the architecture the way mlx-lm builds and trains it. The parts that depend on
+how MLX schedules the step (activations kept for the backward pass, attention
+scores, logits and their gradient, DoRA's temporaries) are element counts times
+coefficients measured per backend (mlxfit/data/coefficients.json, written by
+`benchmarks/accuracy.py --fit`).
+
+Notation: B batch, T tokens per example fed to the model (a padded batch of
+length N gives T = N - 1: mlx-lm's default_loss drops the last token), h hidden,
+H/KV heads, d head_dim, I intermediate, V vocabulary, s bytes per element.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from .architecture import Architecture, Linear
+from .model import ModelInfo
+from .training import TrainingConfig
+
+BACKENDS = ("cpu", "metal", "cuda")
+_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+LORA_BYTES = 4  # mlx_lm/tuner/lora.py: lora_a uniform, lora_b zeros, both float32
+
+
+@lru_cache(maxsize=1)
+def coefficients() -> dict:
+    text = resources.files("mlxfit").joinpath("data/coefficients.json").read_text()
+    return json.loads(text)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    parts: dict  # name -> bytes, in drawing order
+    backend: str
+    features: dict  # the element counts behind the fitted parts (for fitting and tests)
+
+    @property
+    def peak_bytes(self) -> int:
+        return sum(self.parts.values())
+
+    def to_dict(self) -> dict:
+        return {"predicted_peak_bytes": self.peak_bytes, "backend": self.backend, "breakdown": dict(self.parts)}
+
+    def with_part(self, name: str, n_bytes: int) -> "Breakdown":
+        return Breakdown(parts={**self.parts, name: n_bytes}, backend=self.backend, features=self.features)
+
+
+def dtype_bytes(model: ModelInfo) -> int:
+    return _BYTES.get(model.dtype, 2) if not model.quantized else _BYTES.get(
+        (model.config or {}).get("torch_dtype", "bfloat16"), 2
+    )
+
+
+def _quantizable(linear: Linear, group_size: int) -> bool:
+    # mlx_lm/utils.py quantize_model: layers with to_quantized whose last dim divides.
+    return linear.in_features % group_size == 0
+
+
+def quantized_bytes(n_out: int, n_in: int, experts: int, bits: int, group_size: int, s: int) -> int:
+    """Packed weight plus one scale and one bias per group, in the model's dtype."""
+    packed = experts * n_out * n_in * bits // 8
+    groups = experts * n_out * (n_in // group_size)
+    return packed + 2 * groups * s
+
+
+def _router_bits(arch: Architecture, linear: Linear, bits: int, group_size: int):
+    # mlx_lm/models/qwen3_moe.py quant_predicate: the router stays at 8 bits.
+    if arch.model_type == "qwen3_moe" and linear.path.endswith("mlp.gate"):
+        return 8, 64
+    return bits, group_size
+
+
+def base_weight_bytes(model: ModelInfo, training: TrainingConfig) -> tuple[int, int]:
+    """(bytes of block linears, bytes of everything else) as stored for training."""
+    arch, s = model.architecture, dtype_bytes(model)
+    quantized = training.quantize or model.quantized
+    bits = model.bits if model.quantized else training.bits
+    group = (model.group_size or 64) if model.quantized else training.group_size
+    linear_bytes = 0
+    for block in arch.blocks:
+        for lin in block.linears:
+            b, g = _router_bits(arch, lin, bits, group)
+            if quantized and _quantizable(lin, g):
+                linear_bytes += quantized_bytes(lin.out_features, lin.in_features, lin.experts, b, g, s)
+                if lin.bias:
+                    linear_bytes += lin.experts * lin.out_features * s
+            else:
+                linear_bytes += lin.params * s
+    other = sum(b.norm_params for b in arch.blocks) * s + arch.final_norm_params * s
+    for n in (arch.embedding_params, arch.lm_head_params):
+        if n == 0:
+            continue
+        if quantized and arch.hidden_size % group == 0:
+            other += quantized_bytes(arch.vocab_size, arch.hidden_size, 1, bits, group, s)
+        else:
+            other += n * s
+    return linear_bytes, other
+
+
+def _trained_blocks(arch: Architecture, training: TrainingConfig):
+    k = training.layers_trained(arch.num_layers)
+    return arch.blocks[arch.num_layers - k:]
+
+
+def optimizer_state_elements(name: str, shapes: list[tuple[int, ...]]) -> int:
+    """mlx/optimizers/optimizers.py init_single, per optimizer, in the parameter's dtype."""
+    total = 0
+    for shape in shapes:
+        n = 1
+        for dim in shape:
+            n *= dim
+        if name in ("adam", "adamw"):
+            total += 2 * n  # m and v
+        elif name in ("sgd", "muon"):
+            total += n  # v (SGD allocates it even without momentum)
+        elif name == "adafactor":
+            if len(shape) >= 2:
+                total += n // shape[-1] + n // shape[-2]  # row and column factors
+            else:
+                total += n
+    return total
+
+
+def adapter_shapes(blocks, rank: int, dora: bool) -> list[tuple[int, ...]]:
+    """mlx_lm/tuner/lora.py + dora.py: every Linear / SwitchLinear in each block."""
+    shapes = []
+    for block in blocks:
+        for lin in block.linears:
+            if lin.experts > 1:
+                shapes += [(lin.experts, rank, lin.in_features), (lin.experts, lin.out_features, rank)]
+            else:
+                shapes += [(lin.in_features, rank), (rank, lin.out_features)]
+                if dora:
+                    shapes.append((lin.out_features,))
+    return shapes
+
+
+def full_shapes(blocks) -> list[tuple[int, ...]]:
+    shapes = []
+    for block in blocks:
+        for lin in block.linears:
+            shapes.append((lin.experts, lin.out_features, lin.in_features) if lin.experts > 1 else (lin.out_features, lin.in_features))
+            if lin.bias:
+                shapes.append((lin.experts, lin.out_features) if lin.experts > 1 else (lin.out_features,))
+        shapes.append((block.norm_params,))
+    return shapes
+
+
+def _elements(shapes) -> int:
+    total = 0
+    for shape in shapes:
+        n = 1
+        for dim in shape:
+            n *= dim
+        total += n
+    return total
+
+
+def features(model: ModelInfo, training: TrainingConfig, length: int | None = None) -> dict:
+    """Element and byte counts of one configuration; the fitted parts scale these."""
+    arch, s = model.architecture, dtype_bytes(model)
+    batch_len = length or training.max_seq_length
+    B, T = training.batch_size, max(batch_len - 1, 1)
+    blocks = _trained_blocks(arch, training)
+    n = len(blocks)
+    h, V = arch.hidden_size, arch.vocab_size
+    qkv = (arch.num_heads + 2 * arch.num_kv_heads) * arch.head_dim
+    if arch.is_moe:
+        # Tokens are gathered per chosen expert: k expert MLPs per token, plus the router.
+        inter = arch.experts_per_token * arch.intermediate_size + arch.num_experts
+    else:
+        inter = arch.intermediate_size
+    per_token_block = (h, qkv, inter)
+    scores = B * arch.num_heads * T * T
+    if training.grad_checkpoint:
+        # mlx_lm/tuner/trainer.py grad_checkpoint: each block keeps only its input;
+        # one block at a time is recomputed with its full activations.
+        act_h = B * T * h * (n + 1)
+        act_qkv, act_i = B * T * qkv, B * T * inter
+        att = scores if n else 0
+    else:
+        act_h, act_qkv, act_i = (B * T * x * n for x in per_token_block)
+        att = scores * n
+    if training.fine_tune_type == "full":
+        trainable = full_shapes(blocks)
+        param_bytes = s
+    else:
+        trainable = adapter_shapes(blocks, training.rank, training.fine_tune_type == "dora")
+        param_bytes = LORA_BYTES
+    dora_weights = 0
+    if training.fine_tune_type == "dora":
+        # dora.py __call__: the adapted weight w + scale * B^T A^T (float32) of a layer.
+        dora_weights = max((lin.in_features * lin.out_features for b in blocks for lin in b.linears), default=0) * 4
+    linear_bytes, other_bytes = base_weight_bytes(model, training)
+    return {
+        "s": s,
+        "base_bytes": linear_bytes + other_bytes,
+        "trainable_elements": _elements(trainable),
+        "trainable_bytes": _elements(trainable) * param_bytes,
+        "optimizer_bytes": optimizer_state_elements(training.optimizer, trainable) * param_bytes,
+        "act_h_bytes": act_h * s,
+        "act_qkv_bytes": act_qkv * s,
+        "act_i_bytes": act_i * s,
+        "scores_bytes": att * s,
+        "logits_bytes": B * T * V * s,
+        "dora_bytes": dora_weights,
+        "softcap": arch.model_type == "gemma2",
+        "trained_blocks": n,
+    }
+
+
+def estimate(model: ModelInfo, training: TrainingConfig, backend: str = "cpu", length: int | None = None) -> Breakdown:
+    f = features(model, training, length)
+    c = coefficients()[backend]
+    frozen = f["base_bytes"]
+    if training.fine_tune_type == "full":
+        # The unfrozen block weights are counted as trainable, not frozen.
+        frozen -= f["trainable_bytes"]
+    logits_c = c["logits"] + (c["logits_softcap"] if f["softcap"] else 0.0)
+    scores_c = c["scores"] + (c["scores_softcap"] if f["softcap"] else 0.0)
+    parts = {
+        "weights (frozen)": max(frozen, 0),
+        "weights (trainable)": f["trainable_bytes"],
+        "gradients": f["trainable_bytes"],
+        "optimizer state": f["optimizer_bytes"],
+        "update temporaries": int(c["update"] * (f["trainable_bytes"] + f["optimizer_bytes"])),
+        "activations": int(c["act_h"] * f["act_h_bytes"] + c["act_qkv"] * f["act_qkv_bytes"] + c["act_i"] * f["act_i_bytes"]),
+        "attention scores": int(scores_c * f["scores_bytes"]),
+        "logits and gradient": int(logits_c * f["logits_bytes"]),
+        "dora temporaries": int(c["dora"] * f["dora_bytes"]),
+        "framework": int(c["fixed"]),
+    }
+    return Breakdown(parts=parts, backend=backend, features=f)

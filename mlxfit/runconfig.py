@@ -1,0 +1,258 @@
+"""Read mlx-lm's own YAML training config (`mlx_lm.lora -c lora.yaml`) and merge it
+with mlxfit's flags the way `mlx_lm.lora.main()` does: a flag that is not None wins,
+then the file's value, then the default (training.defaults(), pinned to CONFIG_DEFAULTS).
+
+mlx_lm is not imported here (it pulls in transformers); its YAML loader is mirrored
+below and pinned by tests/test_runconfig.py.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from .errors import BadInput, MlxfitError
+from .training import TrainingConfig, defaults
+
+# mlx_lm/lora.py: yaml_loader adds this float resolver so that `1e-5` is a float
+# (YAML 1.1 wants a dot). mlx-lm adds it to yaml.SafeLoader itself; we use a subclass.
+_FLOAT = re.compile(
+    """^(?:
+     [-+]?(?:[0-9][0-9_]*)\\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\\.[0-9_]*
+    |[-+]?\\.(?:inf|Inf|INF)
+    |\\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+
+
+class YamlLoader(yaml.SafeLoader):
+    """yaml.SafeLoader plus mlx-lm's float resolver."""
+
+
+YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+
+# Keys mlx_lm.lora knows: CONFIG_DEFAULTS, the parser's dests, and the keys its
+# dataset loader reads with getattr (mlx_lm/tuner/datasets.py).
+CONFIG_KEYS = frozenset(
+    {
+        # CONFIG_DEFAULTS
+        "model", "train", "fine_tune_type", "optimizer", "optimizer_config", "data", "seed",
+        "num_layers", "batch_size", "iters", "val_batches", "learning_rate", "steps_per_report",
+        "steps_per_eval", "resume_adapter_file", "adapter_path", "save_every", "test",
+        "test_batches", "max_seq_length", "config", "grad_checkpoint", "grad_accumulation_steps",
+        "clear_cache_threshold", "lr_schedule", "lora_parameters", "mask_prompt", "report_to",
+        "project_name", "trust_remote_code",
+        # read by mlx_lm.tuner.datasets
+        "hf_dataset", "prompt_feature", "completion_feature", "text_feature", "chat_feature",
+    }
+)
+LORA_KEYS = ("rank", "scale", "dropout", "keys")  # what linear_to_lora_layers reads
+FEATURE_KEYS = ("prompt_feature", "completion_feature", "text_feature", "chat_feature")
+
+_TRAINING = {f.name: f for f in fields(TrainingConfig)}
+_FILE_TRAINING = ("fine_tune_type", "optimizer", "num_layers", "batch_size", "max_seq_length",
+                  "grad_checkpoint", "grad_accumulation_steps")
+_FLAG_KEYS = frozenset(_TRAINING) | {"model", "data", "mask_prompt"}
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    training: TrainingConfig
+    model: str | None = None  # None: mlx-lm's default model (mlxfit.model.DEFAULT_MODEL)
+    data: str | None = None  # None: not given (mlx-lm would use mlx-community/WikiSQL)
+    mask_prompt: bool = False
+    lora_keys: list[str] | None = None  # lora_parameters.keys: None = mlx-lm's default layers
+    features: dict[str, str] = field(default_factory=dict)  # prompt_feature, ... from the file
+    other: dict = field(default_factory=dict)  # other known keys from the file (iters, ...)
+    sources: dict[str, str] = field(default_factory=dict)  # key -> "flag" | "file" | "default"
+    unknown_keys: list[str] = field(default_factory=list)
+    config_file: str | None = None
+
+    def value(self, key: str):
+        if key in _TRAINING:
+            return getattr(self.training, key)
+        if key in ("model", "data", "mask_prompt", "lora_keys"):
+            return getattr(self, key)
+        if key in self.features:
+            return self.features[key]
+        return self.other[key]
+
+    def to_dict(self) -> dict:
+        return {
+            "config_file": self.config_file,
+            "config": {k: {"value": _jsonable(self.value(k)), "source": s} for k, s in self.sources.items()},
+            "unknown_keys": list(self.unknown_keys),
+        }
+
+
+def _jsonable(value):
+    """YAML can hold dates and the like; JSON cannot."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def load_yaml(path: Path) -> dict:
+    """The file as mlx_lm.lora reads it, checked to be a mapping."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as fid:
+            data = yaml.load(fid, YamlLoader)
+    except FileNotFoundError as e:
+        raise BadInput(f"config file {path} not found") from e
+    except IsADirectoryError as e:
+        raise BadInput(f"config file {path} is a directory") from e
+    except OSError as e:
+        raise MlxfitError(f"cannot read config file {path}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise BadInput(f"config file {path} is not UTF-8 text") from e
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise BadInput(f"config file {path} is not valid YAML: {problem}{where}") from e
+    if data is None:
+        raise BadInput(f"config file {path} is empty")
+    if not isinstance(data, dict):
+        raise BadInput(f"config file {path} must be a mapping of options, not a {_yaml_type(data)}")
+    bad = [k for k in data if not isinstance(k, str)]
+    if bad:
+        raise BadInput(f"config file {path}: option names must be text, got {bad[0]!r}")
+    return data
+
+
+def resolve(flags: dict, config_path: Path | None = None) -> ResolvedConfig:
+    """Merge mlxfit's flags (None: not given) with the config file and the defaults."""
+    extra = set(flags) - _FLAG_KEYS
+    if extra:
+        raise ValueError(f"unknown flag keys: {sorted(extra)}")
+    file = load_yaml(config_path) if config_path is not None else {}
+    where = f"config file {config_path}"
+    # mlx-lm treats a null value in the file like a missing one.
+    given = {k: v for k, v in file.items() if v is not None}
+    unknown = sorted(k for k in file if k not in CONFIG_KEYS)
+
+    values, sources = {}, {}
+
+    def pick(key, file_value, default):
+        if flags.get(key) is not None:
+            values[key], sources[key] = flags[key], "flag"
+        elif file_value is not None:
+            values[key], sources[key] = file_value, "file"
+        else:
+            values[key], sources[key] = default, "default"
+
+    base = defaults()
+    for key in _FILE_TRAINING:
+        value = given.get(key)
+        if value is not None:
+            value = _check(where, key, value, _TRAINING[key].type)
+            if key == "optimizer":
+                value = value.lower()  # mlx-lm: args.optimizer.lower()
+        pick(key, value, base[key])
+
+    lora, lora_keys, lora_source = {}, None, "default"
+    if "lora_parameters" in given:
+        lora = given["lora_parameters"]
+        if not isinstance(lora, dict):
+            raise BadInput(f"{where}: lora_parameters must be a mapping, not a {_yaml_type(lora)}")
+        unknown += sorted(f"lora_parameters.{k}" for k in lora if k not in LORA_KEYS)
+        if values["fine_tune_type"] != "full":  # mlx-lm ignores lora_parameters for full
+            _check_lora_complete(where, lora)
+        if lora.get("keys") is not None:
+            keys = lora["keys"]
+            if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+                raise BadInput(f"{where}: lora_parameters.keys must be a list of layer names")
+            lora_keys, lora_source = list(keys), "file"
+    for key in ("rank", "scale", "dropout"):
+        value = lora.get(key)
+        if value is not None:
+            value = _check(where, f"lora_parameters.{key}", value, _TRAINING[key].type)
+        pick(key, value, base[key])
+
+    for key in ("quantize", "bits", "group_size"):  # mlxfit's own: no mlx-lm config key
+        pick(key, None, base[key])
+
+    for key in ("model", "data"):
+        value = given.get(key)
+        if value is not None:
+            value = _check(where, key, value, "str")
+        pick(key, value, None)
+    value = given.get("mask_prompt")
+    pick("mask_prompt", None if value is None else _check(where, "mask_prompt", value, "bool"), False)
+
+    features = {k: _check(where, k, given[k], "str") for k in FEATURE_KEYS if k in given}
+    other = {k: v for k, v in given.items()
+             if k in CONFIG_KEYS and k not in values and k not in features and k != "lora_parameters"}
+
+    from_file = {k: values[k] for k in _TRAINING if sources[k] == "file"}
+    if from_file:  # name the file when its own values are out of range
+        try:
+            TrainingConfig(**{**base, **from_file})
+        except BadInput as e:
+            raise BadInput(f"{where}: {e}") from e
+    training = TrainingConfig(**{k: values[k] for k in _TRAINING})
+    sources["lora_keys"] = lora_source
+    sources.update({k: "file" for k in (*features, *other)})
+    return ResolvedConfig(
+        training=training,
+        model=values["model"],
+        data=values["data"],
+        mask_prompt=values["mask_prompt"],
+        lora_keys=lora_keys,
+        features=features,
+        other=other,
+        sources=sources,
+        unknown_keys=unknown,
+        config_file=str(config_path) if config_path is not None else None,
+    )
+
+
+def _check_lora_complete(where: str, lora: dict) -> None:
+    # mlx_lm/tuner/utils.py: linear_to_lora_layers reads config["scale"], ["rank"], ["dropout"].
+    if "scale" not in lora:
+        hint = ""
+        if "alpha" in lora:
+            hint = (
+                " Found 'alpha' instead — mlx-lm's LoRA config uses 'scale', "
+                "not 'alpha' (unlike some other LoRA frameworks). See LORA.md."
+            )
+        raise BadInput(f"{where}: LoRA config is missing required key 'scale'.{hint}")
+    for key in ("rank", "dropout"):
+        if key not in lora:
+            raise BadInput(
+                f"{where}: lora_parameters lacks {key!r}; mlx-lm reads rank, scale and dropout "
+                "from it and does not fill in defaults"
+            )
+
+
+_TYPE_NAMES = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "text"}
+
+
+def _check(where: str, key: str, value, kind: str):
+    """The value if it has the type mlx-lm expects for key, else BadInput."""
+    ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str),
+    }[kind]
+    if not ok:
+        raise BadInput(f"{where}: {key} must be {_TYPE_NAMES[kind]}, got {value!r}")
+    return float(value) if kind == "float" else value
+
+
+def _yaml_type(value) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
+        type(value), type(value).__name__
+    )

@@ -1,0 +1,125 @@
+"""Each exact part of the breakdown equals the real arrays of the model mlx-lm trains."""
+
+import mlx.core as mx
+import pytest
+from mlx.utils import tree_flatten
+
+from mlxfit.build import prepare_for_training, quantize, random_model
+from mlxfit.estimate import BACKENDS, base_weight_bytes, estimate, features, optimizer_state_elements
+from mlxfit.model import _from_config, from_catalog
+from mlxfit.steps import make_optimizer
+from mlxfit.training import OPTIMIZERS, TrainingConfig
+from tiny_configs import TINY
+
+ARCHS = ["llama", "llama_untied_bias", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "phi3", "mixtral"]
+
+
+def tiny(name, dtype="bfloat16"):
+    config = dict(TINY[name], torch_dtype=dtype)
+    return config, _from_config(name, "local", config)
+
+
+def trained_model(config, training):
+    model = random_model(config)
+    if training.quantize:
+        model = quantize(model, config, training)
+    prepare_for_training(model, training)
+    mx.eval(model.parameters())
+    return model
+
+
+def nbytes(tree):
+    return sum(v.nbytes for _, v in tree_flatten(tree))
+
+
+@pytest.mark.parametrize("name", ARCHS)
+@pytest.mark.parametrize("fine_tune_type", ["lora", "full"])
+def test_weights_and_trainable_match_the_model(name, fine_tune_type):
+    config, info = tiny(name)
+    training = TrainingConfig(fine_tune_type=fine_tune_type, num_layers=-1, rank=4)
+    model = trained_model(config, training)
+    f = features(info, training)
+    trainable = nbytes(model.trainable_parameters())
+    assert f["trainable_bytes"] == trainable
+    # Full fine-tuning trains the base weights themselves; LoRA adds adapters beside them.
+    adapters = 0 if fine_tune_type == "full" else trainable
+    assert f["base_bytes"] == nbytes(model.parameters()) - adapters
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "gemma3_text", "phi3"])
+def test_dora_adds_its_magnitude_vector(name):
+    config, info = tiny(name)
+    training = TrainingConfig(fine_tune_type="dora", num_layers=1, rank=8)
+    model = trained_model(config, training)
+    assert features(info, training)["trainable_bytes"] == nbytes(model.trainable_parameters())
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3_moe", "mixtral", "phi3"])
+@pytest.mark.parametrize("bits, group_size", [(4, 64), (8, 32)])
+def test_quantized_base_matches_mlx_lm_convert(name, bits, group_size):
+    config, info = tiny(name)
+    training = TrainingConfig(quantize=True, bits=bits, group_size=group_size, num_layers=-1)
+    model = trained_model(config, training)
+    f = features(info, training)
+    assert f["base_bytes"] == nbytes(model.parameters()) - nbytes(model.trainable_parameters())
+
+
+def test_layers_not_divisible_by_the_group_stay_unquantized():
+    config = dict(TINY["llama"], intermediate_size=96, torch_dtype="bfloat16")  # 96 % 64 != 0
+    info = _from_config("x", "local", config)
+    training = TrainingConfig(quantize=True, num_layers=-1)
+    model = trained_model(config, training)
+    assert sum(base_weight_bytes(info, training)) == nbytes(model.parameters()) - nbytes(model.trainable_parameters())
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+@pytest.mark.parametrize("fine_tune_type", ["lora", "full"])
+def test_optimizer_state_matches_mlx_optimizers(optimizer, fine_tune_type):
+    config, info = tiny("qwen3")
+    training = TrainingConfig(fine_tune_type=fine_tune_type, optimizer=optimizer, num_layers=1)
+    model = trained_model(config, training)
+    opt = make_optimizer(optimizer)
+    opt.init(model.trainable_parameters())
+    state = {k: v for k, v in opt.state.items() if k not in ("step", "learning_rate")}
+    assert features(info, training)["optimizer_bytes"] == nbytes(state)
+
+
+def test_optimizer_state_keeps_the_parameter_dtype():
+    """mlx.optimizers use zeros_like: bf16 weights get bf16 Adam moments (not fp32)."""
+    assert optimizer_state_elements("adam", [(4, 8)]) == 64
+    config, info = tiny("llama", "bfloat16")
+    training = TrainingConfig(fine_tune_type="full", num_layers=1)
+    model = trained_model(config, training)
+    opt = make_optimizer("adam")
+    opt.init(model.trainable_parameters())
+    dtypes = {v.dtype for k, v in tree_flatten(opt.state) if k.endswith((".m", ".v"))}
+    assert dtypes == {mx.bfloat16}
+
+
+def test_only_the_trained_blocks_carry_activations():
+    _, info = tiny("llama")
+    one = features(info, TrainingConfig(num_layers=1, batch_size=2, max_seq_length=65))
+    two = features(info, TrainingConfig(num_layers=2, batch_size=2, max_seq_length=65))
+    assert two["act_h_bytes"] == 2 * one["act_h_bytes"] > 0
+    assert two["scores_bytes"] == 2 * one["scores_bytes"] == 2 * 2 * 4 * 64 * 64 * 2
+
+
+def test_checkpointing_keeps_block_inputs_only():
+    _, info = tiny("llama")
+    plain = features(info, TrainingConfig(num_layers=-1, batch_size=2, max_seq_length=129))
+    gc = features(info, TrainingConfig(num_layers=-1, batch_size=2, max_seq_length=129, grad_checkpoint=True))
+    assert gc["act_i_bytes"] < plain["act_i_bytes"] and gc["scores_bytes"] < plain["scores_bytes"]
+
+
+def test_logits_grow_with_vocabulary():
+    info = from_catalog("Qwen/Qwen2.5-0.5B-Instruct")
+    f = features(info, TrainingConfig(batch_size=1, max_seq_length=1025))
+    assert f["logits_bytes"] == 1 * 1024 * 151936 * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_breakdown_adds_up_and_is_positive(backend):
+    info = from_catalog("Qwen/Qwen3-0.6B")
+    b = estimate(info, TrainingConfig(), backend)
+    assert b.peak_bytes == sum(b.parts.values()) and all(v >= 0 for v in b.parts.values())
+    assert b.to_dict()["predicted_peak_bytes"] == b.peak_bytes
