@@ -69,8 +69,9 @@ def grid(size: int = 72, seed: int = 7) -> list[dict]:
         lengths = [64, 128] if big else ([64, 128, 256, 512] if dtype == "bfloat16" else [64, 128, 256, 512, 1024, 2048, 4096])
         length = rng.choice(lengths)
         batch = rng.choice([1, 2, 4, 8])
-        # MLX's CPU quantized matmul has no BLAS behind it: keep QLoRA runs short.
-        budget = 1024 if big else (512 if method == "qlora" else 8192)
+        # MLX's CPU quantized and half-precision matmuls have no BLAS behind them:
+        # keep QLoRA and bf16 runs short.
+        budget = 1024 if big else (256 if dtype == "bfloat16" else 512 if method == "qlora" else 8192)
         if method == "qlora":
             length = min(length, 512)
         while batch * length > budget and batch > 1:

@@ -62,6 +62,23 @@ def is_out_of_memory(error: BaseException) -> bool:
     )
 
 
+def gather_ranks(figures: list[int]) -> list[dict]:
+    """Under mlx.launch, every rank's figures, gathered with mx.distributed."""
+    import mlx.core as mx
+
+    world = mx.distributed.init()
+    values = [list(figures)]
+    if world.size() > 1:
+        # int32 cannot hold byte counts: send each as a (high, low) pair of 24-bit halves.
+        halves = mx.array([[x >> 24, x & 0xFFFFFF] for x in figures], dtype=mx.int32).reshape(1, -1)
+        rows = mx.distributed.all_gather(halves, stream=mx.cpu).tolist()
+        values = [[row[2 * i] * 2**24 + row[2 * i + 1] for i in range(len(figures))] for row in rows]
+    return [
+        {"rank": i, "peak_bytes": v[0], "peak_with_load_bytes": v[1], "process_peak_bytes": v[2]}
+        for i, v in enumerate(values)
+    ]
+
+
 def run(request: dict) -> None:
     from pathlib import Path
 
@@ -100,9 +117,12 @@ def run(request: dict) -> None:
             records = run_steps(model, training, batches(dataset, training), request["max_steps"], on_step=on_step)
             seconds = time.perf_counter() - tic
             steps_peak = max(r.peak_bytes for r in records)
+            ranks = gather_ranks([steps_peak, max(load_peak, steps_peak), rss.high_water()])
             emit(
                 "done",
+                rank=mx.distributed.init().rank(),
                 measured={
+                    "ranks": ranks,
                     "peak_bytes": steps_peak,
                     "peak_with_load_bytes": max(load_peak, steps_peak),
                     "cache_bytes": mx.get_cache_memory(),

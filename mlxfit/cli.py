@@ -123,6 +123,8 @@ def memory(memory, gpu_memory, reserve, json_):
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True)
 @click.option("--bits", type=int, default=4, show_default=True, help="QLoRA: bits per weight of the quantized base.")
 @click.option("--group-size", type=int, default=64, show_default=True, help="QLoRA: quantization group size.")
+@click.option("--hosts", type=click.IntRange(min=1), default=1, show_default=True, help="Data-parallel nodes under mlx.launch: each holds the whole model and batch-size / hosts examples.")
+@click.option("--hostfile", type=click.Path(dir_okay=False), help="mlx.launch's JSON hostfile with a \"memory\" size per host: checks every node.")
 @click.option("--backend", type=click.Choice(["cpu", "metal", "cuda"]), help="Estimate for this MLX backend (default: this machine's; metal with --memory, cuda with --gpu-memory).")
 @click.option("--measure", "do_measure", is_flag=True, help="Also run a few real mlx-lm training steps (in a child process) and report the true peak.")
 @click.option("--force", is_flag=True, help="Measure even when the estimate says the run does not fit.")
@@ -131,7 +133,7 @@ def memory(memory, gpu_memory, reserve, json_):
 @machine_options
 @json_option
 @handle_errors
-def probe(model_spec, fine_tune_type, method, num_layers, batch_size, max_seq_length, grad_checkpoint, rank, optimizer, bits, group_size, backend, do_measure, force, timeout, steps, memory, gpu_memory, reserve, json_):
+def probe(model_spec, fine_tune_type, method, num_layers, batch_size, max_seq_length, grad_checkpoint, rank, optimizer, bits, group_size, hosts, hostfile, backend, do_measure, force, timeout, steps, memory, gpu_memory, reserve, json_):
     """Will LoRA, QLoRA and full fine-tuning of MODEL fit? What to change if not.
 
     With --measure, mlxfit then trains the run you asked for a few steps with
@@ -146,7 +148,18 @@ def probe(model_spec, fine_tune_type, method, num_layers, batch_size, max_seq_le
         fine_tune_type = "full"
     elif method in ("lora", "qlora") and fine_tune_type == "full":
         fine_tune_type = "lora"
+    host_list = None
+    if hostfile:
+        from pathlib import Path
+
+        from .hosts import read_hostfile
+        from .machine import read_platform
+
+        host_list = read_hostfile(Path(hostfile), read_platform(), reserve)
+        hosts = len(host_list)
+        backend = backend or "metal"  # mlx.launch's ring backend joins Macs
     training = TrainingConfig(
+        hosts=hosts,
         fine_tune_type=fine_tune_type,
         optimizer=optimizer,
         num_layers=num_layers,
@@ -166,13 +179,18 @@ def probe(model_spec, fine_tune_type, method, num_layers, batch_size, max_seq_le
     comparison = None
     if do_measure:
         comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_)
+    host_checks = [h.check(plan.selected.predicted_bytes) for h in host_list] if host_list else None
     if json_:
         data = plan.to_dict()
+        if host_checks is not None:
+            data["hosts"] = host_checks
         if comparison is not None:
             data.update(comparison.to_dict())
         render.print_json(data)
     else:
         render.render_plan(plan)
+        if host_checks is not None:
+            render.render_hosts(host_checks)
         if comparison is not None:
             render.render_comparison(comparison)
 

@@ -166,7 +166,7 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
     """Element and byte counts of one configuration; the fitted parts scale these."""
     arch, s = model.architecture, dtype_bytes(model)
     batch_len = length or training.max_seq_length
-    B, T = training.batch_size, max(batch_len - 1, 1)
+    B, T = training.batch_size // training.hosts, max(batch_len - 1, 1)
     blocks = _trained_blocks(arch, training)
     n = len(blocks)
     h, V = arch.hidden_size, arch.vocab_size
@@ -210,7 +210,8 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         "scores_bytes": att * s,
         "logits_bytes": B * T * V * s,
         "dora_bytes": dora_weights,
-        "softcap": arch.model_type == "gemma2",
+        "softcap": arch.model_type == "gemma2",  # manual attention with tanh capping
+        "tokens": T,
         "trained_blocks": n,
     }
 
@@ -224,6 +225,11 @@ def estimate(model: ModelInfo, training: TrainingConfig, backend: str = "cpu", l
         frozen -= f["trainable_bytes"]
     logits_c = c["logits"] + (c["logits_softcap"] if f["softcap"] else 0.0)
     scores_c = c["scores"] + (c["scores_softcap"] if f["softcap"] else 0.0)
+    if backend == "cuda" and f["tokens"] % 128 == 0 and not f["softcap"]:
+        # mlx/backend/cuda/scaled_dot_product_attention.cpp: cuDNN's fused attention
+        # and its VJP run when the query length is a multiple of 128; only a float32
+        # logsumexp per query row is kept instead of the B x H x T x T scores.
+        scores_c = 4 / f["s"] / f["tokens"]
     parts = {
         "weights (frozen)": max(frozen, 0),
         "weights (trainable)": f["trainable_bytes"],
@@ -234,6 +240,9 @@ def estimate(model: ModelInfo, training: TrainingConfig, backend: str = "cpu", l
         "attention scores": int(scores_c * f["scores_bytes"]),
         "logits and gradient": int(logits_c * f["logits_bytes"]),
         "dora temporaries": int(c["dora"] * f["dora_bytes"]),
+        # mlx/nn/utils.py average_gradients: gradients concatenated into all-reduce
+        # buffers, summed into another; both live until split back (upper bound).
+        "all-reduce buffers": 2 * f["trainable_bytes"] if training.hosts > 1 else 0,
         "framework": int(c["fixed"]),
     }
     return Breakdown(parts=parts, backend=backend, features=f)

@@ -45,6 +45,7 @@ class Measurement:
     step_peaks_bytes: tuple[int, ...] = field(default=())
     step_seconds: tuple[float, ...] = field(default=())
     tokens_per_step: int = 0
+    ranks: tuple[dict, ...] = field(default=())  # every rank's peaks under mlx.launch
 
     @property
     def occupied_bytes(self) -> int:
@@ -68,6 +69,7 @@ class Measurement:
             "backend": self.backend,
             "step_peaks_bytes": list(self.step_peaks_bytes),
             "tokens_per_second": self.tokens_per_second,
+            "ranks": list(self.ranks),
         }
 
 

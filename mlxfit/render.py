@@ -96,6 +96,7 @@ PART_STYLES = {
     "attention scores": "magenta",
     "logits and gradient": "blue",
     "dora temporaries": "red",
+    "all-reduce buffers": "purple",
     "framework": "white",
     "calibration": "bright_black",
 }
@@ -309,5 +310,18 @@ def render_calibration(directory, entries: list[dict]) -> None:
             e["model"], e["backend"], run,
             format_gb(e["predicted_peak_bytes"], 2), format_gb(e["measured"]["peak_with_load_bytes"], 2),
             f"{e['versions'].get('mlx')} / {e['versions'].get('mlx-lm')}",
+        )
+    console.print(table)
+
+
+def render_hosts(checks: list[dict]) -> None:
+    console.print(f"[bold]Per node[/] ({len(checks)} hosts under mlx.launch, each with the whole model and its share of the batch)")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name, justify in (("host", "left"), ("memory", "right"), ("budget", "right"), ("per-node need", "right"), ("verdict", "left")):
+        table.add_column(name, justify=justify)
+    for c in checks:
+        table.add_row(
+            c["host"], format_gb(c["total_bytes"]), format_gb(c["usable_bytes"]),
+            format_gb(c["predicted_peak_bytes"]), Text(c["verdict"], style=VERDICT_STYLE[c["verdict"]]),
         )
     console.print(table)

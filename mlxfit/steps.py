@@ -50,9 +50,12 @@ def full_length_dataset(batch_size: int, length: int, vocab_size: int, seed: int
 
 
 def batches(dataset: list, training: TrainingConfig):
+    """As the trainer calls it: under mlx.launch each rank takes its share of a batch."""
     from mlx_lm.tuner.trainer import iterate_batches
 
-    return iterate_batches(dataset, training.batch_size, training.max_seq_length, loop=True, seed=0)
+    return iterate_batches(
+        dataset, training.batch_size, training.max_seq_length, loop=True, seed=0, comm_group=mx.distributed.init()
+    )
 
 
 @dataclass(frozen=True)

@@ -29,19 +29,23 @@ class TrainingConfig:
     quantize: bool = field(default=False, metadata={"help": "QLoRA: quantize the base as mlx_lm.convert -q does."})
     bits: int = field(default=4, metadata={"help": "Bits per weight of the quantized base (mlx_lm.convert -q)."})
     group_size: int = field(default=64, metadata={"help": "Quantization group size (mlx_lm.convert -q)."})
+    hosts: int = field(default=1, metadata={"help": "Data-parallel nodes under mlx.launch; each takes batch_size / hosts."})
 
     def __post_init__(self):
         if self.fine_tune_type not in FINE_TUNE_TYPES:
             raise BadInput(f"unknown fine-tune type {self.fine_tune_type!r} (use {', '.join(FINE_TUNE_TYPES)})")
         if self.optimizer not in OPTIMIZERS:
             raise BadInput(f"unknown optimizer {self.optimizer!r} (use {', '.join(OPTIMIZERS)})")
-        for name in ("batch_size", "max_seq_length", "rank", "grad_accumulation_steps", "group_size"):
+        for name in ("batch_size", "max_seq_length", "rank", "grad_accumulation_steps", "group_size", "hosts"):
             if getattr(self, name) < 1:
                 raise BadInput(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.num_layers == 0 or self.num_layers < -1:
             raise BadInput(f"num-layers must be positive or -1 (all), got {self.num_layers}")
         if self.bits not in (2, 3, 4, 5, 6, 8):
             raise BadInput(f"bits must be one of 2, 3, 4, 5, 6, 8, got {self.bits}")
+        if self.batch_size % self.hosts:
+            # mlx_lm/tuner/trainer.py iterate_batches refuses this too.
+            raise BadInput(f"The batch size must be divisible by the number of workers: {self.batch_size} over {self.hosts} hosts")
         if self.quantize and self.fine_tune_type == "full":
             raise BadInput("QLoRA trains adapters on a quantized base: use --fine-tune-type lora or dora")
 
