@@ -71,11 +71,15 @@ def grid(size: int = 72, seed: int = 7) -> list[dict]:
         batch = rng.choice([1, 2, 4, 8])
         # MLX's CPU quantized and half-precision matmuls have no BLAS behind them:
         # keep QLoRA and bf16 runs short.
-        budget = 1024 if big else (256 if dtype == "bfloat16" else 512 if method == "qlora" else 8192)
+        moe = arch in ("mixtral-moe", "qwen3moe-8k")  # gather_mm on the CPU is slow too
+        budget = 1024 if big else (256 if dtype == "bfloat16" else 512 if method == "qlora" else 1024 if moe else 8192)
         if method == "qlora":
             length = min(length, 512)
-        while batch * length > budget and batch > 1:
-            batch //= 2
+        while batch * length > budget:
+            if batch > 1:
+                batch //= 2
+            else:
+                length //= 2
         layers = ARCHS[arch]["num_hidden_layers"]
         num_layers = rng.choice([4, 16, -1])
         if big:

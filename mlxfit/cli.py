@@ -111,19 +111,31 @@ def memory(memory, gpu_memory, reserve, json_):
         render.render_memory(machine)
 
 
+def _default(name):
+    from .training import defaults
+
+    return defaults()[name]
+
+
 @cli.command()
 @click.option("--model", "-m", "model_spec", metavar="MODEL", help="A folder with config.json, a Hugging Face repo id, a catalog id (mlxfit models) or a size like 7B. Default: Qwen/Qwen3-0.6B.")
-@click.option("--fine-tune-type", type=click.Choice(FINE_TUNE_TYPES), default="lora", show_default=True, help="As in mlx_lm.lora.")
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="An mlx_lm.lora YAML config; flags given here override it, as in mlx-lm.")
+@click.option("--data", metavar="DIR|FILE", help="Training data as mlx-lm reads it (a folder with train.jsonl, or one .jsonl): the widest batch drives the estimate.")
+@click.option("--fine-tune-type", type=click.Choice(FINE_TUNE_TYPES), help=f"As in mlx_lm.lora [default: {_default('fine_tune_type')}].")
 @click.option("--method", type=click.Choice(["lora", "qlora", "full"]), help="Shortcut: qlora = LoRA on a 4-bit base; full = --fine-tune-type full.")
-@click.option("--num-layers", type=int, default=16, show_default=True, help="Blocks to train, counted from the last; -1 for all.")
-@click.option("--batch-size", type=int, default=4, show_default=True, help="Examples per step.")
-@click.option("--max-seq-length", type=int, default=2048, show_default=True, help="Longest example in tokens.")
-@click.option("--grad-checkpoint", is_flag=True, help="Recompute activations in the backward pass (less memory, slower).")
-@click.option("--rank", type=int, default=8, show_default=True, help="LoRA rank.")
-@click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True)
-@click.option("--bits", type=int, default=4, show_default=True, help="QLoRA: bits per weight of the quantized base.")
-@click.option("--group-size", type=int, default=64, show_default=True, help="QLoRA: quantization group size.")
-@click.option("--hosts", type=click.IntRange(min=1), default=1, show_default=True, help="Data-parallel nodes under mlx.launch: each holds the whole model and batch-size / hosts examples.")
+@click.option("--num-layers", type=int, help=f"Blocks to train, counted from the last; -1 for all [default: {_default('num_layers')}].")
+@click.option("--batch-size", type=int, help=f"Examples per step [default: {_default('batch_size')}].")
+@click.option("--max-seq-length", type=int, help=f"Longest example in tokens [default: {_default('max_seq_length')}].")
+@click.option("--grad-checkpoint/--no-grad-checkpoint", default=None, help="Recompute activations in the backward pass (less memory, slower) [default: off].")
+@click.option("--grad-accumulation-steps", type=int, help="Steps accumulated before each optimizer update [default: 1].")
+@click.option("--rank", type=int, help=f"LoRA rank [default: {_default('rank')}].")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), help=f"[default: {_default('optimizer')}]")
+@click.option("--mask-prompt/--no-mask-prompt", default=None, help="Mask the prompt in the loss, as mlx_lm.lora --mask-prompt.")
+@click.option("--bits", type=int, help="QLoRA: bits per weight of the quantized base [default: 4].")
+@click.option("--group-size", type=int, help="QLoRA: quantization group size [default: 64].")
+@click.option("--skip-bad-lines", is_flag=True, help="With --data: skip malformed lines (reported) instead of stopping at the first.")
+@click.option("--trust-remote-code", is_flag=True, help="With --data: let the tokenizer run code from its repository.")
+@click.option("--hosts", type=click.IntRange(min=1), help="Data-parallel nodes under mlx.launch: each holds the whole model and batch-size / hosts examples.")
 @click.option("--hostfile", type=click.Path(dir_okay=False), help="mlx.launch's JSON hostfile with a \"memory\" size per host: checks every node.")
 @click.option("--backend", type=click.Choice(["cpu", "metal", "cuda"]), help="Estimate for this MLX backend (default: this machine's; metal with --memory, cuda with --gpu-memory).")
 @click.option("--measure", "do_measure", is_flag=True, help="Also run a few real mlx-lm training steps (in a child process) and report the true peak.")
@@ -133,66 +145,105 @@ def memory(memory, gpu_memory, reserve, json_):
 @machine_options
 @json_option
 @handle_errors
-def probe(model_spec, fine_tune_type, method, num_layers, batch_size, max_seq_length, grad_checkpoint, rank, optimizer, bits, group_size, hosts, hostfile, backend, do_measure, force, timeout, steps, memory, gpu_memory, reserve, json_):
+def probe(model_spec, config_path, data, method, skip_bad_lines, trust_remote_code, hostfile, backend, do_measure, force, timeout, steps, memory, gpu_memory, reserve, json_, **training_flags):
     """Will LoRA, QLoRA and full fine-tuning of MODEL fit? What to change if not.
 
-    With --measure, mlxfit then trains the run you asked for a few steps with
-    mlx-lm (random weights in the model's dtype when only a config is at hand)
-    and reports the measured peak beside the prediction.
+    Flags, an mlx_lm.lora YAML file (-c) and mlx-lm's defaults combine as in
+    mlx-lm. With --data, the widest batch of your data sets the length. With
+    --measure, mlxfit then trains the run a few steps with mlx-lm (random
+    weights in the model's dtype when only a config is at hand) and reports the
+    measured peak beside the prediction.
     """
+    from pathlib import Path
+
     from . import render
     from .model import resolve_model
     from .plan import make_plan
+    from .runconfig import resolve
 
-    if method == "full":
-        fine_tune_type = "full"
-    elif method in ("lora", "qlora") and fine_tune_type == "full":
-        fine_tune_type = "lora"
     host_list = None
     if hostfile:
-        from pathlib import Path
-
         from .hosts import read_hostfile
         from .machine import read_platform
 
         host_list = read_hostfile(Path(hostfile), read_platform(), reserve)
-        hosts = len(host_list)
+        training_flags["hosts"] = len(host_list)
         backend = backend or "metal"  # mlx.launch's ring backend joins Macs
-    training = TrainingConfig(
-        hosts=hosts,
-        fine_tune_type=fine_tune_type,
-        optimizer=optimizer,
-        num_layers=num_layers,
-        batch_size=batch_size,
-        max_seq_length=max_seq_length,
-        grad_checkpoint=grad_checkpoint,
-        rank=rank,
-        quantize=(method == "qlora"),
-        bits=bits,
-        group_size=group_size,
-    )
-    model = resolve_model(model_spec)
+    if method == "full":
+        training_flags["fine_tune_type"] = "full"
+    elif method in ("lora", "qlora"):
+        if training_flags.get("fine_tune_type") == "full":
+            training_flags["fine_tune_type"] = "lora"
+        if method == "qlora":
+            training_flags["quantize"] = True
+    mask_prompt = training_flags.pop("mask_prompt")
+    resolved = resolve({**training_flags, "model": model_spec, "data": data, "mask_prompt": mask_prompt}, Path(config_path) if config_path else None)
+    training = resolved.training
+    model = resolve_model(resolved.model)
     if model.architecture is not None:
         training.layers_trained(model.architecture.num_layers)
+
+    stats = None
+    if resolved.data:
+        stats = read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet=json_)
     machine = get_machine(memory, gpu_memory, reserve)
-    plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend))
+    length = stats.worst_batch_tokens if stats else None
+    plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend), length=length)
+    advice = gather_advice(plan, stats, machine, backend)
     comparison = None
     if do_measure:
         comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_)
     host_checks = [h.check(plan.selected.predicted_bytes) for h in host_list] if host_list else None
+    if os.environ.get("MLX_RANK", "0") != "0":
+        return  # under mlx.launch, rank 0 reports every rank's figures
     if json_:
-        data = plan.to_dict()
+        out = plan.to_dict()
+        out["config"] = resolved.to_dict()
+        out["advice"] = advice
+        if stats is not None:
+            out["data"] = stats.to_dict()
         if host_checks is not None:
-            data["hosts"] = host_checks
+            out["hosts"] = host_checks
         if comparison is not None:
-            data.update(comparison.to_dict())
-        render.print_json(data)
+            out.update(comparison.to_dict())
+        render.print_json(out)
     else:
+        render.render_config_notes(resolved)
+        if stats is not None:
+            render.render_data(stats)
         render.render_plan(plan)
+        render.render_advice(advice)
         if host_checks is not None:
             render.render_hosts(host_checks)
         if comparison is not None:
             render.render_comparison(comparison)
+
+
+def read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet):
+    from . import dataset, render
+
+    choice = dataset.load_tokenizer(model, trust_remote_code=trust_remote_code)
+    with render.data_progress(quiet=quiet) as on_progress:
+        return dataset.measure(
+            resolved.data,
+            choice,
+            batch_size=resolved.training.batch_size,
+            max_seq_length=resolved.training.max_seq_length,
+            mask_prompt=resolved.mask_prompt,
+            features=resolved.features,
+            skip_bad_lines=skip_bad_lines,
+            on_progress=on_progress,
+        )
+
+
+def gather_advice(plan, stats, machine, backend):
+    from .advice import data_advice, growth_advice
+    from .calibration import stored
+
+    notes = data_advice(plan, stats) if stats is not None else []
+    if not machine.hypothetical:
+        notes += growth_advice(plan, stored())
+    return notes
 
 
 def local_calibration(machine, backend):
@@ -213,8 +264,8 @@ def run_measurement(plan, force, timeout, steps, quiet):
 
     # Judge the measurement against the estimate for the backend it runs on.
     backend = mlx_backend()
-    raw_predicted, _ = predict(plan.model, plan.training, backend)
-    predicted, _ = predict(plan.model, plan.training, backend, plan.calibration)
+    raw_predicted, _ = predict(plan.model, plan.training, backend, length=plan.length)
+    predicted, _ = predict(plan.model, plan.training, backend, plan.calibration, plan.length)
     usable = plan.machine.usable_bytes
     if predicted > usable and not force:
         raise MlxfitError(
@@ -222,7 +273,7 @@ def run_measurement(plan, force, timeout, steps, quiet):
             f"{format_gb(usable)} budget and could push this machine into swap; "
             "change the run (see the remedies without --measure) or pass --force"
         )
-    request = request_for(plan.model, plan.training, max_steps=steps)
+    request = request_for(plan.model, plan.training, length=plan.length, max_steps=steps)
     with render.measure_progress(quiet=quiet) as on_event:
         measurement = measure(request, timeout=timeout, on_event=on_event)
     if plan.model.architecture is not None:

@@ -295,6 +295,12 @@ def _counter(fmt: str, choice: TokenizerChoice, f: dict) -> Callable[[dict], int
     from mlx_lm.tuner.datasets import ChatDataset, CompletionsDataset, TextDataset
 
     tok = choice.tokenizer
+    if fmt != "text":
+        has_template = getattr(tok, "has_chat_template", None)
+        if has_template is None:
+            has_template = getattr(tok, "chat_template", None) is not None
+        if not has_template:
+            raise BadInput(f"the tokenizer ({choice.source}) has no chat template, which mlx-lm needs for {fmt} data")
     # Prompt masking changes offsets, not lengths: build without it (one template call).
     dataset = {
         "completions": lambda: CompletionsDataset([], tok, f["prompt_feature"], f["completion_feature"], False),

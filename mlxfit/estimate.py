@@ -165,7 +165,7 @@ def _elements(shapes) -> int:
 def features(model: ModelInfo, training: TrainingConfig, length: int | None = None) -> dict:
     """Element and byte counts of one configuration; the fitted parts scale these."""
     arch, s = model.architecture, dtype_bytes(model)
-    batch_len = length or training.max_seq_length
+    batch_len = min(length, training.max_seq_length) if length else training.max_seq_length
     B, T = training.batch_size // training.hosts, max(batch_len - 1, 1)
     blocks = _trained_blocks(arch, training)
     n = len(blocks)

@@ -94,6 +94,7 @@ class Plan:
     remedies: tuple[Remedy, ...] = field(default=())
     backend: str = "cpu"
     calibration: object = None  # mlxfit.calibration.Calibration
+    length: int | None = None  # the widest batch of the user's data
 
     @property
     def selected(self) -> Estimate:
@@ -130,13 +131,14 @@ def training_for(method: str, training: TrainingConfig) -> TrainingConfig:
 CALIBRATION_PART = "calibration"
 
 
-def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibration=None) -> tuple[int, Breakdown | None]:
+def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibration=None, length: int | None = None) -> tuple[int, Breakdown | None]:
     """The detailed estimate where the architecture is known, else the rule.
 
-    `calibration` (from mlxfit.calibration) adds this machine's measured gap."""
+    `calibration` (from mlxfit.calibration) adds this machine's measured gap;
+    `length` is the widest batch of the user's data (capped by max_seq_length)."""
     if model.architecture is None:
         return rule_bytes(training.method, model.params), None
-    breakdown = estimate(model, training, backend)
+    breakdown = estimate(model, training, backend, length)
     if calibration is not None:
         breakdown = breakdown.with_part(CALIBRATION_PART, calibration.offset_bytes)
     return breakdown.peak_bytes, breakdown
@@ -150,18 +152,18 @@ def _halvings(value: int, floor: int) -> list[int]:
     return out
 
 
-def _first_fitting(model, training, backend, usable, candidates, calibration=None):
+def _first_fitting(model, training, backend, usable, candidates, calibration=None, length=None):
     """The mildest candidate change that fits, else the strongest one tried."""
     tried = None
     for change, why, new_training in candidates:
-        need, _ = predict(model, new_training, backend, calibration)
+        need, _ = predict(model, new_training, backend, calibration, length)
         tried = Remedy(change, why, need, need <= usable)
         if tried.fits:
             return tried
     return tried
 
 
-def remedies(machine: Machine, model: ModelInfo, training: TrainingConfig, backend: str, calibration=None) -> tuple[Remedy, ...]:
+def remedies(machine: Machine, model: ModelInfo, training: TrainingConfig, backend: str, calibration=None, length=None) -> tuple[Remedy, ...]:
     """The source's remedies in its order (SPEC §4), then mlx-lm's own knobs, each
     with the new prediction. Without an architecture only the rule can speak."""
     method, usable = training.method, machine.usable_bytes
@@ -169,10 +171,10 @@ def remedies(machine: Machine, model: ModelInfo, training: TrainingConfig, backe
     found: list[Remedy] = []
 
     def need_for(new_training):
-        return predict(model, new_training, backend, calibration)[0]
+        return predict(model, new_training, backend, calibration, length)[0]
 
     def first_fitting(candidates):
-        return _first_fitting(model, training, backend, usable, candidates, calibration)
+        return _first_fitting(model, training, backend, usable, candidates, calibration, length)
 
     if detailed:
         found.append(first_fitting([
@@ -228,20 +230,21 @@ def cheapest_fitting(plan: "Plan") -> Remedy | None:
     return None
 
 
-def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, backend: str | None = None, calibration=None) -> Plan:
-    """`calibration` only makes sense for the machine it was measured on."""
+def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, backend: str | None = None, calibration=None, length: int | None = None) -> Plan:
+    """`calibration` only makes sense for the machine it was measured on; `length`
+    is the widest batch of the user's data, when it is known."""
     backend = backend or machine.backend
     if model.quantized and not training.quantize and training.fine_tune_type != "full":
         training = replace(training, quantize=True)  # LoRA on a quantized base is QLoRA
     estimates = []
     for method in METHODS:
         run = training if method == training.method else training_for(method, training)
-        _, breakdown = predict(model, run, backend, calibration)
+        _, breakdown = predict(model, run, backend, calibration, length)
         estimates.append(Estimate(method, rule_bytes(method, model.params), machine.usable_bytes,
                                   selected=(method == training.method), detailed=breakdown))
-    plan = Plan(machine, model, training, tuple(estimates), backend=backend, calibration=calibration)
+    plan = Plan(machine, model, training, tuple(estimates), backend=backend, calibration=calibration, length=length)
     if not plan.selected.fits:
-        plan = replace(plan, remedies=remedies(machine, model, training, backend, calibration))
+        plan = replace(plan, remedies=remedies(machine, model, training, backend, calibration, length))
     return plan
 
 

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from rich import box
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -325,3 +325,48 @@ def render_hosts(checks: list[dict]) -> None:
             format_gb(c["predicted_peak_bytes"]), Text(c["verdict"], style=VERDICT_STYLE[c["verdict"]]),
         )
     console.print(table)
+
+
+@contextmanager
+def data_progress(quiet: bool = False):
+    """A bar over the bytes of the training file while it is tokenized."""
+    if quiet:
+        yield None
+        return
+    progress = Progress(
+        TextColumn("tokenizing"), BarColumn(), DownloadColumn(binary_units=False), TimeElapsedColumn(),
+        console=err_console, transient=True,
+    )
+    with progress:
+        task = progress.add_task("tokenizing", total=None)
+
+        def on_progress(lines: int, done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield on_progress
+
+
+def render_config_notes(resolved) -> None:
+    if resolved.config_file:
+        console.print(f"[bold]Config[/]   {resolved.config_file} (flags override it, as in mlx_lm.lora)")
+    for key in resolved.unknown_keys:
+        console.print(f"[yellow]warning:[/] {resolved.config_file}: unknown key {key!r} (mlx_lm.lora does not read it)")
+    for key in resolved.ignored_keys:
+        console.print(f"[yellow]warning:[/] {resolved.config_file}: mlx_lm.lora ignores {key!r} in a config file (its flag default wins)")
+
+
+def render_data(stats) -> None:
+    approx = " (approximate: no tokenizer)" if stats.approximate else ""
+    console.print(
+        f"[bold]Data[/]     {stats.file} · {stats.format} · {stats.examples:,} examples · tokens p50 {stats.p50}"
+        f" · p90 {stats.p90} · p99 {stats.p99} · max {stats.max} · widest batch {stats.worst_batch_tokens}{approx}"
+    )
+    console.print(f"[dim]         tokenizer: {stats.tokenizer_source}[/]")
+    if stats.skipped_lines:
+        lines = ", ".join(str(n) for n, _ in stats.bad_lines)
+        console.print(f"[yellow]warning:[/] skipped {stats.skipped_lines} malformed lines (first: {lines})")
+
+
+def render_advice(notes: list[str]) -> None:
+    for note in notes:
+        console.print(f"[yellow]advice:[/] {note}")

@@ -52,6 +52,9 @@ CONFIG_KEYS = frozenset(
         "hf_dataset", "prompt_feature", "completion_feature", "text_feature", "chat_feature",
     }
 )
+# build_parser() gives these a default that is not None, so main() never takes them
+# from the file: a file's value is dropped without a word.
+OVERRIDDEN_BY_PARSER = ("clear_cache_threshold", "trust_remote_code")
 LORA_KEYS = ("rank", "scale", "dropout", "keys")  # what linear_to_lora_layers reads
 FEATURE_KEYS = ("prompt_feature", "completion_feature", "text_feature", "chat_feature")
 
@@ -72,6 +75,7 @@ class ResolvedConfig:
     other: dict = field(default_factory=dict)  # other known keys from the file (iters, ...)
     sources: dict[str, str] = field(default_factory=dict)  # key -> "flag" | "file" | "default"
     unknown_keys: list[str] = field(default_factory=list)
+    ignored_keys: list[str] = field(default_factory=list)  # known, but mlx-lm never reads them from a file
     config_file: str | None = None
 
     def value(self, key: str):
@@ -88,6 +92,7 @@ class ResolvedConfig:
             "config_file": self.config_file,
             "config": {k: {"value": _jsonable(self.value(k)), "source": s} for k, s in self.sources.items()},
             "unknown_keys": list(self.unknown_keys),
+            "ignored_keys": list(self.ignored_keys),
         }
 
 
@@ -180,8 +185,9 @@ def resolve(flags: dict, config_path: Path | None = None) -> ResolvedConfig:
             value = _check(where, f"lora_parameters.{key}", value, _TRAINING[key].type)
         pick(key, value, base[key])
 
-    for key in ("quantize", "bits", "group_size"):  # mlxfit's own: no mlx-lm config key
-        pick(key, None, base[key])
+    for key in _TRAINING:  # mlxfit's own (quantize, bits, ...): no mlx-lm config key
+        if key not in values:
+            pick(key, None, base[key])
 
     for key in ("model", "data"):
         value = given.get(key)
@@ -192,8 +198,10 @@ def resolve(flags: dict, config_path: Path | None = None) -> ResolvedConfig:
     pick("mask_prompt", None if value is None else _check(where, "mask_prompt", value, "bool"), False)
 
     features = {k: _check(where, k, given[k], "str") for k in FEATURE_KEYS if k in given}
+    ignored = sorted(k for k in given if k in OVERRIDDEN_BY_PARSER)
     other = {k: v for k, v in given.items()
-             if k in CONFIG_KEYS and k not in values and k not in features and k != "lora_parameters"}
+             if k in CONFIG_KEYS and k not in values and k not in features and k not in ignored
+             and k != "lora_parameters"}
 
     from_file = {k: values[k] for k in _TRAINING if sources[k] == "file"}
     if from_file:  # name the file when its own values are out of range
@@ -214,6 +222,7 @@ def resolve(flags: dict, config_path: Path | None = None) -> ResolvedConfig:
         other=other,
         sources=sources,
         unknown_keys=unknown,
+        ignored_keys=ignored,
         config_file=str(config_path) if config_path is not None else None,
     )
 

@@ -79,3 +79,32 @@ def model_folder(tmp_path):
         return folder
 
     return make
+
+
+WORDS = ("the quick brown fox jumps over the lazy dog ; a model learns from data : memory fits "
+         "or it does not , user assistant system tools { } [ ] name weather city").split()
+CHAT_TEMPLATE = (
+    "{% if tools %}<s>tools: {{ tools | tojson }}</s>\n{% endif %}"
+    "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>\n{% endfor %}"
+    "{% if add_generation_prompt %}<s>assistant:{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_folder(tmp_path_factory):
+    """A real, tiny BPE tokenizer with a chat template, saved as a model folder."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = [" ".join(WORDS), "the lazy dog learns ; memory fits : data", "a quick model over the data"]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=150, special_tokens=["<unk>", "<s>", "</s>", "<pad>"]))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    folder = tmp_path_factory.mktemp("tiny_model")
+    fast.save_pretrained(folder)
+    return folder

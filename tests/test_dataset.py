@@ -24,33 +24,7 @@ from mlxfit.dataset import (
 from mlxfit.errors import BadInput, MlxfitError
 from mlxfit.model import ModelInfo
 
-WORDS = ("the quick brown fox jumps over the lazy dog ; a model learns from data : memory fits "
-         "or it does not , user assistant system tools { } [ ] name weather city").split()
-CHAT_TEMPLATE = (
-    "{% if tools %}<s>tools: {{ tools | tojson }}</s>\n{% endif %}"
-    "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>\n{% endfor %}"
-    "{% if add_generation_prompt %}<s>assistant:{% endif %}"
-)
-
-
-@pytest.fixture(scope="session")
-def tokenizer_folder(tmp_path_factory):
-    """A real, tiny BPE tokenizer with a chat template, saved as a model folder."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    corpus = [" ".join(WORDS), "the lazy dog learns ; memory fits : data", "a quick model over the data"]
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=150, special_tokens=["<unk>", "<s>", "</s>", "<pad>"]))
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    folder = tmp_path_factory.mktemp("tiny_model")
-    fast.save_pretrained(folder)
-    return folder
+from conftest import WORDS  # noqa: E402  (the tokenizer_folder fixture lives in conftest)
 
 
 @pytest.fixture(scope="session")
@@ -377,3 +351,16 @@ def test_dataclass_is_compact(tmp_path, tokenizer):
     assert isinstance(stats, DataStats)
     assert not any(isinstance(v, str) and len(v) > 200 for v in vars(stats).values())
     assert isinstance(tokenizer, TokenizerChoice)
+
+
+def test_chat_data_needs_a_chat_template(tmp_path, tokenizer_folder):
+    from transformers import AutoTokenizer
+
+    plain = AutoTokenizer.from_pretrained(tokenizer_folder)
+    plain.chat_template = None
+    choice = TokenizerChoice(plain, "model folder")
+    path = write_jsonl(tmp_path / "c.jsonl", make_records("chat", 4))
+    with pytest.raises(BadInput, match="has no chat template, which mlx-lm needs for chat data"):
+        measure(path, choice)
+    text = write_jsonl(tmp_path / "t.jsonl", make_records("text", 4))
+    assert measure(text, choice).examples == 4

@@ -229,3 +229,18 @@ def test_to_dict_is_json(tmp_path):
     out = json.loads(json.dumps(resolve({}, path).to_dict()))
     assert out["config"]["adapter_path"] == {"value": "2024-01-01", "source": "file"}
     assert out["config"]["lr_schedule"]["value"] == {"name": "x", "arguments": [1e-5]}
+
+
+def test_keys_mlx_lm_takes_only_from_its_parser(tmp_path):
+    """main() fills a key from the file only while it is None; these two never are."""
+    parsed = vars(mlx_lm.lora.build_parser().parse_args([]))
+    from mlxfit.runconfig import OVERRIDDEN_BY_PARSER
+
+    assert {k for k in CONFIG_KEYS if parsed.get(k) is not None} == set(OVERRIDDEN_BY_PARSER)
+    path = write(tmp_path, "trust_remote_code: true\nclear_cache_threshold: 5\niters: 3\n")
+    theirs = mlx_lm_args([], path)
+    assert theirs["trust_remote_code"] is False and theirs["clear_cache_threshold"] == 0
+    ours = resolve({}, path)
+    assert ours.ignored_keys == ["clear_cache_threshold", "trust_remote_code"]
+    assert "trust_remote_code" not in ours.other and ours.other == {"iters": 3}
+    assert ours.to_dict()["ignored_keys"] == ["clear_cache_threshold", "trust_remote_code"]

@@ -1,0 +1,69 @@
+"""Advice from the user's data and from what was measured before (SPEC §5).
+
+Pure functions: they take the plan, the data statistics and stored
+measurements, and return short sentences with numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .dataset import DataStats, padded_length, smallest_max_length
+from .plan import Plan, predict
+from .units import format_gb
+
+KEEP_SHARE = 0.95
+
+
+def data_advice(plan: Plan, stats: DataStats) -> list[str]:
+    training, model = plan.training, plan.model
+    notes: list[str] = []
+    if stats.truncated:
+        share = 100 * stats.truncated / stats.examples
+        cut = (
+            f"{stats.truncated} of {stats.examples} examples ({share:.0f}%) are longer than --max-seq-length "
+            f"{training.max_seq_length} and lose {stats.tokens_lost:,} tokens in all"
+        )
+        if training.max_seq_length < stats.p90:
+            cut += "; the model will not see the end of many answers (max length is below the 90th percentile)"
+        notes.append(cut)
+    keep = smallest_max_length(stats.lengths, KEEP_SHARE) if len(stats.lengths) else 0
+    if keep:
+        notes.append(
+            f"the smallest --max-seq-length that keeps {KEEP_SHARE:.0%} of examples whole is {keep}"
+        )
+    typical = padded_length(stats.p90, training.max_seq_length)
+    if model.architecture is not None and stats.worst_batch_tokens > 2 * typical:
+        worst_need, _ = predict(model, training, plan.backend, plan.calibration, length=stats.worst_batch_tokens)
+        for label, limit in (("99th", stats.p99), ("90th", stats.p90)):
+            width = padded_length(limit, training.max_seq_length)
+            need, _ = predict(model, training, plan.backend, plan.calibration, length=width)
+            dropped = sum(1 for n in stats.lengths if n > limit)
+            notes.append(
+                f"the worst batch is {stats.worst_batch_tokens} tokens wide against {typical} for typical ones: "
+                f"splitting or filtering the {dropped} examples above the {label} percentile ({limit} tokens) "
+                f"brings the peak from {format_gb(worst_need)} to {format_gb(need)}"
+            )
+    return notes
+
+
+def growth_advice(plan: Plan, measurements: list[dict]) -> list[str]:
+    """Warn when this run is bigger than one measured to fit on this machine."""
+    training, notes = plan.training, []
+    for m in measurements:
+        t = m.get("training", {})
+        if m.get("model") != plan.model.id or t.get("fine_tune_type") != training.fine_tune_type:
+            continue
+        if t.get("quantize") != training.quantize:
+            continue
+        smaller = t.get("batch_size", 0) <= training.batch_size and t.get("max_seq_length", 0) <= training.max_seq_length
+        bigger = (t.get("batch_size"), t.get("max_seq_length")) != (training.batch_size, training.max_seq_length)
+        if smaller and bigger:
+            measured = m["measured"]["peak_with_load_bytes"]
+            notes.append(
+                f"batch {t['batch_size']} × {t['max_seq_length']} was measured at {format_gb(measured, 2)}; "
+                f"this run (batch {training.batch_size} × {training.max_seq_length}) needs more "
+                f"({format_gb(plan.selected.predicted_bytes, 2)} predicted): a run that fit says little about a bigger one, "
+                "measure it again (--measure)"
+            )
+    return notes[:1]

@@ -1,0 +1,86 @@
+"""`probe -c lora.yaml --data DIR`: mlx-lm's config and the user's own data drive the plan."""
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from mlxfit.cli import cli
+from mlxfit.estimate import estimate
+from mlxfit.model import from_folder
+from mlxfit.training import TrainingConfig
+from conftest import LINUX_CPU
+from tiny_configs import TINY
+
+
+@pytest.fixture
+def model_with_tokenizer(tmp_path, tokenizer_folder):
+    folder = tmp_path / "model"
+    shutil.copytree(tokenizer_folder, folder)
+    (folder / "config.json").write_text(json.dumps(dict(TINY["llama"], vocab_size=256, torch_dtype="float32")))
+    return folder
+
+
+@pytest.fixture
+def data_folder(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    rows = [{"prompt": "the quick brown fox " * n, "completion": "jumps over the lazy dog " * n} for n in range(1, 41)]
+    (folder / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return folder
+
+
+def probe_json(*args):
+    result = CliRunner().invoke(cli, ["probe", *args, "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_config_file_and_data_drive_the_estimate(tmp_path, model_with_tokenizer, data_folder, platform):
+    platform(LINUX_CPU)
+    config = tmp_path / "lora.yaml"
+    config.write_text(
+        f"model: {model_with_tokenizer}\ndata: {data_folder}\nbatch_size: 2\nmax_seq_length: 256\n"
+        "num_layers: 2\nlora_parameters: {rank: 4, scale: 10.0, dropout: 0.0}\n"
+    )
+    data = probe_json("-c", str(config), "--batch-size", "4")
+    sources = {k: v["source"] for k, v in data["config"]["config"].items()}
+    assert sources["batch_size"] == "flag" and data["training"]["batch_size"] == 4
+    assert sources["max_seq_length"] == "file" and sources["rank"] == "file" and data["training"]["rank"] == 4
+    assert sources["optimizer"] == "default"
+    stats = data["data"]
+    assert stats["examples"] == 40 and stats["worst_batch_tokens"] <= 256
+    assert set(stats) >= {"examples", "p50", "p90", "p99", "max", "truncated", "worst_batch_tokens"}
+    training = TrainingConfig(batch_size=4, max_seq_length=256, num_layers=2, rank=4, scale=10.0)
+    expected = estimate(from_folder(model_with_tokenizer), training, "cpu", length=stats["worst_batch_tokens"])
+    lora = next(e for e in data["estimates"] if e["method"] == "lora")
+    assert lora["predicted_peak_bytes"] == expected.peak_bytes
+
+
+def test_unknown_config_keys_are_reported(tmp_path, model_with_tokenizer):
+    config = tmp_path / "lora.yaml"
+    config.write_text(f"model: {model_with_tokenizer}\nnum_layers: 2\nbatch_sise: 8\n")
+    assert probe_json("-c", str(config))["config"]["unknown_keys"] == ["batch_sise"]
+    text = " ".join(CliRunner().invoke(cli, ["probe", "-c", str(config)]).output.split())
+    assert "unknown key 'batch_sise'" in text
+
+
+def test_truncation_advice(model_with_tokenizer, data_folder):
+    data = probe_json("--model", str(model_with_tokenizer), "--num-layers", "2", "--data", str(data_folder), "--max-seq-length", "64")
+    assert data["data"]["truncated"] > 0
+    assert any("longer than --max-seq-length 64" in note for note in data["advice"])
+    assert any("keeps 95% of examples whole" in note for note in data["advice"])
+
+
+def test_malformed_data_line_is_named(tmp_path, model_with_tokenizer):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text('{"text": "fine"}\n{not json\n')
+    result = CliRunner().invoke(cli, ["probe", "--model", str(model_with_tokenizer), "--num-layers", "2", "--data", str(folder)])
+    assert result.exit_code != 0 and "line 2" in result.output and "Traceback" not in result.output
+
+
+def test_missing_config_file():
+    result = CliRunner().invoke(cli, ["probe", "-c", "/nonexistent/lora.yaml"])
+    assert result.exit_code == 2 and "lora.yaml" in result.output
