@@ -14,7 +14,7 @@ from rich.text import Text
 from .machine import Machine
 from .plan import FitsTable, Plan
 from .rule import METHOD_LABELS
-from .units import format_count, format_gb
+from .units import format_count, format_gb, format_size
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -134,7 +134,7 @@ def render_plan(plan: Plan) -> None:
     )
     layers = "all" if training.num_layers == -1 else str(training.num_layers)
     if plan.calibration is not None:
-        console.print(f"[bold]Calibration[/] {plan.calibration.describe()}: {format_gb(plan.calibration.offset_bytes, 2)} added")
+        console.print(f"[bold]Calibration[/] {plan.calibration.describe()}: {format_size(plan.calibration.offset_bytes)} added")
     console.print(
         f"[bold]Run[/]      {training.fine_tune_type} · {layers} layers · batch {training.batch_size}"
         f" × {training.max_seq_length} tokens · rank {training.rank} · {training.optimizer}"
@@ -187,7 +187,7 @@ def render_breakdowns(plan: Plan) -> None:
         legend.append(name + "  ")
     console.print(legend)
     selected = plan.selected.detailed
-    parts = ", ".join(f"{name} {format_gb(n, 2)}" for name, n in selected.parts.items() if n)
+    parts = ", ".join(f"{name} {format_size(n)}" for name, n in selected.parts.items() if n)
     console.print(f"[dim]  your run: {parts}[/]")
 
 
@@ -256,10 +256,10 @@ def measure_progress(quiet: bool = False):
             if kind == "stage":
                 progress.update(task, description=event["stage"])
             elif kind == "built":
-                progress.console.print(f"  model ready in {event['seconds']:.1f} s, {format_gb(event['peak_bytes'], 2)} held")
+                progress.console.print(f"  model ready in {event['seconds']:.1f} s, {format_size(event['peak_bytes'])} held")
             elif kind == "step":
                 progress.console.print(
-                    f"  step {event['step']}: peak {format_gb(event['peak_bytes'], 2)} in {event['seconds']:.2f} s"
+                    f"  step {event['step']}: peak {format_size(event['peak_bytes'])} in {event['seconds']:.2f} s"
                 )
                 progress.update(task, description=f"training steps (step {event['step'] + 1})")
             elif kind in ("done", "error"):
@@ -277,15 +277,15 @@ def render_comparison(comparison) -> None:
     table.add_column("figure")
     table.add_column("bytes", justify="right")
     table.add_column("what it is")
-    table.add_row("peak (steps)", format_gb(m.peak_bytes, 2), "mx.get_peak_memory(), reset after the model was built")
-    table.add_row("peak with load", format_gb(m.peak_with_load_bytes, 2), "the figure mlx-lm's trainer reports")
-    table.add_row("allocator cache", format_gb(m.cache_bytes, 2), "mx.get_cache_memory(): freed buffers MLX keeps")
-    table.add_row("process peak", format_gb(m.process_peak_bytes, 2), "resident high-water mark of the process")
-    table.add_row("predicted", format_gb(comparison.predicted_bytes, 2), f"error {comparison.error_pct:+.1f}% against peak with load")
+    table.add_row("peak (steps)", format_size(m.peak_bytes), "mx.get_peak_memory(), reset after the model was built")
+    table.add_row("peak with load", format_size(m.peak_with_load_bytes), "the figure mlx-lm's trainer reports")
+    table.add_row("allocator cache", format_size(m.cache_bytes), "mx.get_cache_memory(): freed buffers MLX keeps")
+    table.add_row("process peak", format_size(m.process_peak_bytes), "resident high-water mark of the process")
+    table.add_row("predicted", format_size(comparison.predicted_bytes), f"error {comparison.error_pct:+.1f}% against peak with load")
     console.print(table)
     style = VERDICT_STYLE[judged["verdict"]]
     console.print(
-        f"Measured verdict: [{style}]{judged['verdict']}[/] — {format_gb(judged['bytes'], 2)} occupied "
+        f"Measured verdict: [{style}]{judged['verdict']}[/] — {format_size(judged['bytes'])} occupied "
         f"against a {format_gb(comparison.usable_bytes)} budget"
     )
     if comparison.cache_breaks_budget:
@@ -308,7 +308,7 @@ def render_calibration(directory, entries: list[dict]) -> None:
         run = f"{t['fine_tune_type']}{' (q)' if t.get('quantize') else ''} b{t['batch_size']}×{t['max_seq_length']}"
         table.add_row(
             e["model"], e["backend"], run,
-            format_gb(e["predicted_peak_bytes"], 2), format_gb(e["measured"]["peak_with_load_bytes"], 2),
+            format_size(e["predicted_peak_bytes"]), format_size(e["measured"]["peak_with_load_bytes"]),
             f"{e['versions'].get('mlx')} / {e['versions'].get('mlx-lm')}",
         )
     console.print(table)

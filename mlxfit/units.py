@@ -44,6 +44,13 @@ def format_gb(n_bytes: float, digits: int = 1) -> str:
     return f"{n_bytes / GB:.{digits}f} GB"
 
 
+def format_size(n_bytes: float) -> str:
+    """Decimal units that keep small figures readable: 153.2 MB, 1.23 GB."""
+    if abs(n_bytes) < GB:
+        return f"{n_bytes / 10**6:.1f} MB"
+    return f"{n_bytes / GB:.2f} GB"
+
+
 def format_count(n: int) -> str:
     """Parameter counts the way model cards write them: 7.62B, 494M."""
     if n >= 10**9:

@@ -141,3 +141,28 @@ def test_cli_refuses_a_run_predicted_not_to_fit(tmp_path, platform):
     result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--num-layers", "-1", "--measure", "--memory", "2GB"])
     assert result.exit_code == 1
     assert "refusing to measure" in result.output and "--force" in result.output
+
+
+def test_ctrl_c_stops_the_child_cleanly(tmp_path):
+    import signal
+    import time
+
+    import psutil
+
+    folder = Path(small_request(tmp_path, length=1024, batch_size=8)["folder"])
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "mlxfit", "probe", "--model", str(folder), "--num-layers", "-1", "--measure", "--steps", "50"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    deadline = time.time() + 120
+    children = []
+    while time.time() < deadline and not children:
+        children = psutil.Process(parent.pid).children()
+        time.sleep(0.2)
+    assert children, "the measuring process never started"
+    time.sleep(3)
+    os.killpg(parent.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+    _, err = parent.communicate(timeout=60)
+    assert parent.returncode == 1
+    assert "interrupted" in err and "Traceback" not in err
+    assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
