@@ -338,3 +338,8 @@ def calibration(clear, json_):
         render.print_json({"directory": str(store.measurements_dir()), "measurements": entries})
     else:
         render.render_calibration(store.measurements_dir(), entries)
+
+
+from .cli_bench import bench  # noqa: E402  (it uses the helpers above)
+
+cli.add_command(bench)

@@ -15,6 +15,7 @@ H/KV heads, d head_dim, I intermediate, V vocabulary, s bytes per element.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -112,9 +113,7 @@ def optimizer_state_elements(name: str, shapes: list[tuple[int, ...]]) -> int:
     """mlx/optimizers/optimizers.py init_single, per optimizer, in the parameter's dtype."""
     total = 0
     for shape in shapes:
-        n = 1
-        for dim in shape:
-            n *= dim
+        n = math.prod(shape)
         if name in ("adam", "adamw"):
             total += 2 * n  # m and v
         elif name in ("sgd", "muon"):
@@ -153,13 +152,7 @@ def full_shapes(blocks) -> list[tuple[int, ...]]:
 
 
 def _elements(shapes) -> int:
-    total = 0
-    for shape in shapes:
-        n = 1
-        for dim in shape:
-            n *= dim
-        total += n
-    return total
+    return sum(math.prod(shape) for shape in shapes)
 
 
 def features(model: ModelInfo, training: TrainingConfig, length: int | None = None) -> dict:

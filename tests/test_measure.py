@@ -138,7 +138,7 @@ def test_cli_measure_json(tmp_path, platform):
 def test_cli_refuses_a_run_predicted_not_to_fit(tmp_path, platform):
     platform(LINUX_CPU)
     folder = Path(small_request(tmp_path)["folder"])
-    result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--num-layers", "-1", "--measure", "--memory", "2GB"])
+    result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--num-layers", "-1", "--measure", "--memory", "10MB"])
     assert result.exit_code == 1
     assert "refusing to measure" in result.output and "--force" in result.output
 

@@ -1,0 +1,119 @@
+"""How long does `mlxfit probe --json` (an estimate, nothing measured) take to start
+and answer, against `python -c pass`?
+
+    python benchmarks/startup.py              # 10 runs of each, medians
+    python benchmarks/startup.py --repeat 1   # a quick check that it runs
+
+Each command runs in a fresh process (one warm-up run each, not counted), the
+commands interleaved so that both see the same machine. The estimate path must
+not import mlx-lm or transformers; `-X importtime` lists what the CLI does import,
+slowest first. Writes startup.json and startup.md under --results (default
+benchmarks/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def mlxfit_command() -> list[str]:
+    """The installed `mlxfit` script beside this Python, else `python -m mlxfit`."""
+    script = Path(sys.executable).parent / "mlxfit"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "mlxfit"]
+
+
+def run_once(cmd: list[str], env: dict) -> float:
+    tic = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    seconds = time.perf_counter() - tic
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return seconds
+
+
+def slowest_imports(cmd_args: list[str], env: dict, top: int = 8) -> list[dict]:
+    """`python -X importtime`: the modules with the largest cumulative import time."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "mlxfit", *cmd_args],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+    rows = []
+    for line in done.stderr.splitlines():
+        fields = line.removeprefix("import time:").split("|")
+        if not line.startswith("import time:") or len(fields) != 3 or not fields[1].strip().isdigit():
+            continue
+        name = fields[2].rstrip()
+        if len(name) - len(name.lstrip()) == 1:  # one space: imported at the top level, not nested
+            rows.append({"module": name.strip(), "cumulative_ms": int(fields[1]) / 1000})
+    return sorted(rows, key=lambda r: -r["cumulative_ms"])[:top]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=10, help="runs of each command (median)")
+    parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results", help="where to write the JSON and markdown")
+    args = parser.parse_args()
+
+    from mlxfit.calibration import versions  # light: reads package metadata only
+
+    with tempfile.TemporaryDirectory(prefix="mlxfit-startup-") as tmp:
+        # No stored calibration, no network: the same answer every run.
+        env = dict(os.environ, MLXFIT_CACHE_DIR=tmp, HF_HUB_OFFLINE="1")
+        commands = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "mlxfit --version": [*mlxfit_command(), "--version"],
+            "mlxfit probe --json": [*mlxfit_command(), "probe", "--json"],
+        }
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for cmd in commands.values():
+            run_once(cmd, env)  # warm-up: the file cache, .pyc files
+        for _ in range(args.repeat):
+            for name, cmd in commands.items():
+                times[name].append(run_once(cmd, env))
+        imports = slowest_imports(["probe", "--json"], env)
+
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    base = medians["python -c pass"]
+    result = {
+        "platform": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "versions": versions(),
+        "repeat": args.repeat,
+        "seconds": times,
+        "median_s": {name: round(m, 4) for name, m in medians.items()},
+        "ratio_to_python": {name: round(m / base, 2) for name, m in medians.items()},
+        "probe_ratio": round(medians["mlxfit probe --json"] / base, 2),
+        "slowest_imports": imports,
+    }
+    lines = [
+        "# Start-up time of `mlxfit probe --json`",
+        "",
+        f"{result['platform']}; mlx {result['versions']['mlx']}, mlx-lm {result['versions']['mlx-lm']}. "
+        f"Median wall time of {args.repeat} fresh process{'es' if args.repeat != 1 else ''} each (after one warm-up).",
+        "",
+        "| command | median | ratio to `python -c pass` |",
+        "|---|---|---|",
+    ]
+    for name in commands:
+        lines.append(f"| `{name}` | {medians[name] * 1000:.0f} ms | {result['ratio_to_python'][name]:.1f}x |")
+    lines += ["", "Slowest top-level imports of `mlxfit probe --json` (`-X importtime`, cumulative):", ""]
+    lines += [f"- `{r['module']}` {r['cumulative_ms']:.0f} ms" for r in imports]
+    text = "\n".join(lines) + "\n"
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "startup.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.results / "startup.md").write_text(text)
+    print(text, end="")
+    print(f"written to {args.results / 'startup.json'} and .md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,645 @@
+"""`mlxfit bench`: sweeps over training settings, and the search for the largest
+batch size or sequence length that fits.
+
+Pure logic over `plan.predict` and `measure.measure`: results come back as rows,
+progress goes out through a callback, nothing is printed. The CSV log lives here
+too (a file of results, not terminal output); mlxfit/render_bench.py draws.
+
+Which measured figure is judged against the budget: `peak_with_load_bytes`, MLX's
+own peak including the model load. It is what mlx-lm's trainer reports and what
+the estimate predicts, so a search on the estimate and its measured confirmation
+speak about the same quantity. The process's resident peak is reported beside it.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import signal
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterator
+
+from . import measure as measuring
+from .errors import BadInput, MlxfitError
+from .model import ModelInfo
+from .plan import predict, training_for
+from .training import FINE_TUNE_TYPES, TrainingConfig
+from .units import format_size
+
+# Sweepable settings, outermost first: the order combinations are built in
+# before they are sorted by predicted memory.
+SWEEPS = ("method", "fine_tune_type", "num_layers", "batch_size", "max_seq_length", "rank", "grad_checkpoint")
+METHODS = ("lora", "qlora", "full")
+_ON = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
+
+# The CSV: the configuration columns identify a run (what --resume matches on).
+CONFIG_COLUMNS = (
+    "model", "method", "fine_tune_type", "num_layers", "batch_size", "max_seq_length",
+    "rank", "grad_checkpoint", "optimizer", "bits", "group_size",
+)
+RESULT_COLUMNS = (
+    "status", "backend", "predicted_bytes", "usable_bytes", "measured_peak_bytes", "steps_peak_bytes",
+    "process_peak_bytes", "cache_bytes", "error_pct", "tokens_per_second", "seconds_per_step",
+    "steps", "wall_seconds", "reason",
+)
+COLUMNS = CONFIG_COLUMNS + RESULT_COLUMNS
+
+MEASURED, FAILED, SKIPPED, ESTIMATED = "measured", "failed", "skipped", "estimated"
+FINAL = (MEASURED, FAILED)  # a stored row with one of these is never run again
+
+# --max: search units and how far the doubling may go before giving up.
+SEARCH_UNITS = {"batch_size": 1, "max_seq_length": 32}
+SEARCH_LIMIT_UNITS = 1 << 20
+MAX_RUNS = 8
+
+
+# --- combinations -----------------------------------------------------------
+
+
+def parse_sweep(name: str, text) -> tuple:
+    """'1,2,4' -> (1, 2, 4) for one sweepable setting; duplicates dropped, order kept."""
+    flag = "--" + name.replace("_", "-")
+    items = [t.strip().lower() for t in str(text).split(",")]
+    if not items or any(not t for t in items):
+        raise BadInput(f"{flag}: empty value in {text!r} (give values separated by commas, e.g. 1,2,4)")
+    values = []
+    for item in items:
+        if name == "grad_checkpoint":
+            if item not in _ON:
+                raise BadInput(f"{flag} takes on,off, got {item!r}")
+            value = _ON[item]
+        elif name == "method":
+            if item not in METHODS:
+                raise BadInput(f"{flag} takes {','.join(METHODS)}, got {item!r}")
+            value = item
+        elif name == "fine_tune_type":
+            if item not in FINE_TUNE_TYPES:
+                raise BadInput(f"{flag} takes {','.join(FINE_TUNE_TYPES)}, got {item!r}")
+            value = item
+        else:
+            try:
+                value = int(item)
+            except ValueError:
+                raise BadInput(f"{flag} takes whole numbers separated by commas, got {item!r}") from None
+        if value not in values:
+            values.append(value)
+    return tuple(values)
+
+
+def combinations(model: ModelInfo, base: TrainingConfig, sweeps: dict) -> list[TrainingConfig]:
+    """Every combination of the swept values over `base`, checked and deduplicated.
+
+    `sweeps` maps names from SWEEPS to tuples of values. `method` works as in
+    `mlxfit probe`: full sets the fine-tune type, qlora quantizes the base; LoRA
+    on an already quantized model is QLoRA. Combinations that come out the same
+    (method full with fine-tune types lora and dora) are kept once.
+    """
+    names = [n for n in SWEEPS if n in sweeps]
+    out: list[TrainingConfig] = []
+    for values in itertools.product(*(sweeps[n] for n in names)):
+        chosen = dict(zip(names, values))
+        method = chosen.pop("method", None)
+        training = replace(base, **chosen)
+        if method is not None:
+            training = training_for(method, training)
+        if model.quantized and training.fine_tune_type != "full":
+            training = replace(training, quantize=True)
+        if model.architecture is not None:
+            training.layers_trained(model.architecture.num_layers)  # the error names both numbers
+        if training not in out:
+            out.append(training)
+    return out
+
+
+# --- rows and the CSV log -------------------------------------------------
+
+
+def _config(model_id: str, training: TrainingConfig) -> dict:
+    return {
+        "model": model_id,
+        "method": training.method,
+        "fine_tune_type": training.fine_tune_type,
+        "num_layers": training.num_layers,
+        "batch_size": training.batch_size,
+        "max_seq_length": training.max_seq_length,
+        "rank": training.rank,
+        "grad_checkpoint": training.grad_checkpoint,
+        "optimizer": training.optimizer,
+        "bits": training.bits,
+        "group_size": training.group_size,
+    }
+
+
+def config_key(model_id: str, training: TrainingConfig) -> tuple:
+    return tuple(_config(model_id, training).values())
+
+
+@dataclass(frozen=True)
+class Row:
+    """One combination's outcome. Bytes as integers; None where not measured."""
+
+    model: str
+    training: TrainingConfig
+    status: str  # measured | failed | skipped | estimated
+    backend: str
+    predicted_bytes: int
+    usable_bytes: int
+    measured_peak_bytes: int | None = None  # peak_with_load_bytes: what mlx-lm's trainer reports
+    steps_peak_bytes: int | None = None  # MLX's peak over the steps alone
+    process_peak_bytes: int | None = None
+    cache_bytes: int | None = None
+    tokens_per_second: float | None = None
+    seconds_per_step: float | None = None  # mean over the steps after the first (compile)
+    steps: int | None = None
+    wall_seconds: float | None = None  # the whole measurement: start, build, steps
+    reason: str = ""
+
+    @property
+    def key(self) -> tuple:
+        return config_key(self.model, self.training)
+
+    @property
+    def error_pct(self) -> float | None:
+        """Positive: the prediction was above the measured peak (the safe side)."""
+        if not self.measured_peak_bytes:
+            return None
+        return round(100.0 * (self.predicted_bytes - self.measured_peak_bytes) / self.measured_peak_bytes, 2)
+
+    @property
+    def measured_fits(self) -> bool | None:
+        return None if self.measured_peak_bytes is None else self.measured_peak_bytes <= self.usable_bytes
+
+    def to_dict(self) -> dict:
+        data = _config(self.model, self.training)
+        data.update({name: getattr(self, name) for name in RESULT_COLUMNS})
+        data["measured_fits"] = self.measured_fits
+        data["training"] = self.training.to_dict()
+        return data
+
+    def to_csv(self) -> dict:
+        out = {}
+        for name, value in self.to_dict().items():
+            if name not in COLUMNS:
+                continue
+            if isinstance(value, bool):
+                value = "on" if value else "off"
+            out[name] = "" if value is None else value
+        return out
+
+    @classmethod
+    def from_csv(cls, record: dict) -> "Row":
+        """A row read back from the log; raises ValueError or KeyError if it is damaged."""
+
+        def number(name, kind):
+            text = (record.get(name) or "").strip()
+            return kind(text) if text else None
+
+        method = record["method"]
+        training = TrainingConfig(
+            fine_tune_type=record["fine_tune_type"],
+            num_layers=int(record["num_layers"]),
+            batch_size=int(record["batch_size"]),
+            max_seq_length=int(record["max_seq_length"]),
+            rank=int(record["rank"]),
+            grad_checkpoint=_ON[record["grad_checkpoint"].strip().lower()],
+            optimizer=record["optimizer"],
+            bits=int(record["bits"]),
+            group_size=int(record["group_size"]),
+            quantize=(method == "qlora"),
+        )
+        return cls(
+            model=record["model"],
+            training=training,
+            status=record["status"],
+            backend=record["backend"],
+            predicted_bytes=int(record["predicted_bytes"]),
+            usable_bytes=int(record["usable_bytes"]),
+            measured_peak_bytes=number("measured_peak_bytes", int),
+            steps_peak_bytes=number("steps_peak_bytes", int),
+            process_peak_bytes=number("process_peak_bytes", int),
+            cache_bytes=number("cache_bytes", int),
+            tokens_per_second=number("tokens_per_second", float),
+            seconds_per_step=number("seconds_per_step", float),
+            steps=number("steps", int),
+            wall_seconds=number("wall_seconds", float),
+            reason=record.get("reason") or "",
+        )
+
+
+class CsvLog:
+    """Rows appended to a CSV file and flushed one at a time; the header written once.
+
+    A sweep that is killed keeps every row written before; a row cut off halfway
+    is ignored when the file is read back, and the next row starts on a new line.
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+
+    def _header(self) -> list[str] | None:
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return None
+        with self.path.open(newline="") as f:
+            return next(csv.reader(f), None)
+
+    def check(self) -> None:
+        header = self._header()
+        if header is not None and tuple(header) != COLUMNS:
+            raise MlxfitError(
+                f"{self.path} was written with other columns ({len(header)} instead of {len(COLUMNS)}); "
+                "give --out another file"
+            )
+
+    def read(self) -> list[Row]:
+        self.check()
+        if self._header() is None:
+            return []
+        rows = []
+        with self.path.open(newline="") as f:
+            for record in csv.DictReader(f):
+                try:
+                    rows.append(Row.from_csv(record))
+                except (ValueError, KeyError, TypeError, AttributeError, MlxfitError):
+                    continue  # a row cut off by a kill, or edited by hand
+        return rows
+
+    def append(self, row: Row) -> None:
+        self.check()
+        new = self._header() is None
+        if not new:
+            with self.path.open("rb") as f:
+                f.seek(-1, 2)
+                ends_cleanly = f.read(1) == b"\n"
+        with self.path.open("a", newline="") as f:
+            if not new and not ends_cleanly:
+                f.write("\n")
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            if new:
+                writer.writeheader()
+            writer.writerow(row.to_csv())
+            f.flush()
+
+
+# --- the sweep --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    training: TrainingConfig
+    predicted_bytes: int  # with this machine's calibration, if any
+    raw_predicted_bytes: int  # without: what a stored calibration measurement compares against
+    action: str  # "measure" | "skip" | "estimate"
+
+
+def plan_sweep(
+    model: ModelInfo,
+    trainings: list[TrainingConfig],
+    usable_bytes: int,
+    backend: str,
+    calibration=None,
+    measure_runs: bool = True,
+    force: bool = False,
+) -> list[Planned]:
+    """Every combination with its prediction and what to do with it, by increasing prediction."""
+    planned = []
+    for training in trainings:
+        predicted, _ = predict(model, training, backend, calibration)
+        raw = predict(model, training, backend)[0] if calibration is not None else predicted
+        if not measure_runs:
+            action = "estimate"
+        elif predicted > usable_bytes and not force:
+            action = "skip"
+        else:
+            action = "measure"
+        planned.append(Planned(training, predicted, raw, action))
+    return sorted(planned, key=lambda p: p.predicted_bytes)
+
+
+def reusable(stored: Row | None, action: str) -> bool:
+    """--resume: a stored row stands unless this run would learn more than it holds."""
+    if stored is None:
+        return False
+    return stored.status in FINAL or action != "measure"
+
+
+def eta_seconds(walls: list[float], to_measure: int) -> float | None:
+    """Time left: the mean wall time of the runs measured so far, times the runs left."""
+    if not walls:
+        return None
+    return sum(walls) / len(walls) * to_measure
+
+
+class InterruptWatch:
+    """Ctrl-C (and SIGTERM) during a measurement must stop the sweep.
+
+    measure() turns Ctrl-C into MeasurementFailed after stopping its child; this
+    notes that the signal came, so the sweep re-raises KeyboardInterrupt instead
+    of recording the run as failed. Outside the main thread it watches nothing.
+    """
+
+    def __init__(self):
+        self.seen = False
+        self._previous = {}
+
+    def _handler(self, signum, frame):
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handler)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+
+def measurement_row(model_id: str, planned: Planned, usable: int, m, wall: float) -> Row:
+    steady = m.step_seconds[1:] or m.step_seconds
+    return Row(
+        model=model_id,
+        training=planned.training,
+        status=MEASURED,
+        backend=m.backend,
+        predicted_bytes=planned.predicted_bytes,
+        usable_bytes=usable,
+        measured_peak_bytes=m.peak_with_load_bytes,
+        steps_peak_bytes=m.peak_bytes,
+        process_peak_bytes=m.process_peak_bytes,
+        cache_bytes=m.cache_bytes,
+        tokens_per_second=round(m.tokens_per_second, 2),
+        seconds_per_step=round(sum(steady) / len(steady), 4) if steady else None,
+        steps=m.steps,
+        wall_seconds=round(wall, 2),
+    )
+
+
+def run_sweep(
+    model: ModelInfo,
+    planned: list[Planned],
+    usable_bytes: int,
+    backend: str,
+    stored: dict | None = None,
+    timeout: float | None = None,
+    steps: int = measuring.DEFAULT_MAX_STEPS,
+    on_event: Callable[[dict], None] = lambda e: None,
+    record: bool = True,
+) -> Iterator[tuple[Row, bool]]:
+    """Run the planned combinations in order; yield (row, fresh) for each.
+
+    `stored` maps config keys to rows from an earlier, interrupted sweep: those
+    come back with fresh=False and are not run again (see `reusable`). A run that
+    dies is a row with status failed and the sweep goes on; Ctrl-C stops it with
+    KeyboardInterrupt after the rows already yielded. With `record`, each
+    measurement is stored for calibration, as `mlxfit probe --measure` does.
+    """
+    stored = stored or {}
+    todo = [(p, stored.get(config_key(model.id, p.training))) for p in planned]
+    to_measure = sum(1 for p, old in todo if p.action == "measure" and not reusable(old, p.action))
+    walls: list[float] = []
+    for index, (p, old) in enumerate(todo, 1):
+        if reusable(old, p.action):
+            on_event({"event": "resumed", "index": index, "total": len(todo), "row": old})
+            yield old, False
+            continue
+        on_event({
+            "event": "combination", "index": index, "total": len(todo), "remaining": len(todo) - index,
+            "training": p.training, "predicted_bytes": p.predicted_bytes, "action": p.action,
+            "eta_seconds": eta_seconds(walls, to_measure),
+        })
+        if p.action != "measure":
+            status = SKIPPED if p.action == "skip" else ESTIMATED
+            reason = (
+                f"predicted {format_size(p.predicted_bytes)} exceeds the {format_size(usable_bytes)} budget"
+                if status == SKIPPED else ""
+            )
+            row = Row(model.id, p.training, status, backend, p.predicted_bytes, usable_bytes, reason=reason)
+        else:
+            request = measuring.request_for(model, p.training, max_steps=steps)
+            tic = time.monotonic()
+            with InterruptWatch() as watch:
+                try:
+                    m = measuring.measure(request, timeout=timeout, on_event=on_event)
+                except measuring.MeasurementFailed as e:
+                    if watch.seen:
+                        raise KeyboardInterrupt from None
+                    m, failure = None, str(e)
+            wall = time.monotonic() - tic
+            walls.append(wall)
+            to_measure -= 1
+            if m is None:
+                row = Row(model.id, p.training, FAILED, backend, p.predicted_bytes, usable_bytes,
+                          wall_seconds=round(wall, 2), reason=failure)
+            else:
+                row = measurement_row(model.id, p, usable_bytes, m, wall)
+                if record and model.architecture is not None:
+                    from .calibration import record as store
+
+                    store(model.id, p.training.to_dict(), m.backend, p.raw_predicted_bytes, m.to_dict())
+        on_event({"event": "row", "index": index, "total": len(todo), "row": row})
+        yield row, True
+
+
+# --- the largest batch size or sequence length ---------------------------
+
+
+def largest(fits: Callable[[int], bool], unit: int, limit_units: int = SEARCH_LIMIT_UNITS) -> int | None:
+    """The largest multiple of `unit` for which `fits` holds, assuming it holds up
+    to some point and never after: doubling, then bisection. None if not even `unit`."""
+    if not fits(unit):
+        return None
+    k = 1
+    while fits(2 * k * unit):
+        k *= 2
+        if k >= limit_units:
+            raise MlxfitError(
+                f"the estimate still fits at {k * unit:,}: no limit found (is the budget right?)"
+            )
+    lo, hi = k, 2 * k  # fits(lo), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid * unit):
+            lo = mid
+        else:
+            hi = mid
+    return lo * unit
+
+
+@dataclass(frozen=True)
+class SearchRun:
+    """One measured run of the search."""
+
+    value: int
+    predicted_bytes: int
+    fits: bool
+    measured_peak_bytes: int | None = None
+    process_peak_bytes: int | None = None
+    tokens_per_second: float | None = None
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "value": self.value, "predicted_bytes": self.predicted_bytes, "fits": self.fits,
+            "measured_peak_bytes": self.measured_peak_bytes, "process_peak_bytes": self.process_peak_bytes,
+            "tokens_per_second": self.tokens_per_second, "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class MaxResult:
+    setting: str  # batch_size | max_seq_length
+    training: TrainingConfig  # the other settings (the searched one at its default)
+    backend: str
+    usable_bytes: int
+    margin: float
+    target_bytes: int  # usable less the margin: what "fits" means here
+    estimate_value: int | None  # the estimate's answer
+    estimate_bytes: int | None
+    value: int | None  # the answer: confirmed by measurement unless estimate-only
+    measured: bool
+    settled: bool = False  # the measured runs found the limit (not cut off after max_runs)
+    runs: tuple[SearchRun, ...] = field(default=())
+
+    @property
+    def answer_run(self) -> SearchRun | None:
+        return next((r for r in self.runs if r.value == self.value and r.fits), None)
+
+    def to_dict(self) -> dict:
+        run = self.answer_run
+        return {
+            "setting": self.setting,
+            "value": self.value,
+            "measured": self.measured,
+            "settled": self.settled,
+            "measured_peak_bytes": run.measured_peak_bytes if run else None,
+            "measured_runs": len(self.runs),
+            "estimate_value": self.estimate_value,
+            "estimate_bytes": self.estimate_bytes,
+            "target_bytes": self.target_bytes,
+            "usable_bytes": self.usable_bytes,
+            "margin": self.margin,
+            "backend": self.backend,
+            "training": replace(self.training, **{self.setting: self.value}).to_dict() if self.value else self.training.to_dict(),
+            "runs": [r.to_dict() for r in self.runs],
+        }
+
+
+def _corrector(runs: list[SearchRun]) -> Callable[[int], float]:
+    """Predicted bytes -> expected measured bytes, from the runs measured so far.
+
+    One run: scale the estimate by its measured/predicted ratio. Two or more: the
+    line through the last two distinct runs (a secant), which is exact when the
+    estimate is off by a constant, a factor, or both. Needs one run with a figure.
+    """
+    points = [(r.predicted_bytes, r.measured_peak_bytes) for r in runs if r.measured_peak_bytes]
+    p2, m2 = points[-1]
+    earlier = [(p, m) for p, m in points[:-1] if p != p2]
+    if earlier:
+        p1, m1 = earlier[-1]
+        slope = (m2 - m1) / (p2 - p1)
+        if slope > 0:
+            return lambda p: m2 + (p - p2) * slope
+    return lambda p: p * m2 / p2
+
+
+def find_max(
+    model: ModelInfo,
+    training: TrainingConfig,
+    setting: str,
+    usable_bytes: int,
+    backend: str,
+    margin: float = 0.1,
+    calibration=None,
+    measure_runs: bool = True,
+    timeout: float | None = None,
+    steps: int = measuring.DEFAULT_MAX_STEPS,
+    on_event: Callable[[dict], None] = lambda e: None,
+    max_runs: int = MAX_RUNS,
+) -> MaxResult:
+    """The largest `setting` whose peak stays within the budget less `margin`.
+
+    The estimate answers first (doubling then bisection; sequence lengths in
+    multiples of 32). Measurement then confirms with as few runs as it can: the
+    estimate's answer; if it does not fit, step down; if it fits and the
+    estimate, corrected by what was measured, leaves room, go up. How far each
+    step goes is that corrected estimate's answer (see `_corrector`), kept
+    between the largest value measured to fit and the smallest measured not
+    to, so a few runs settle it even when the estimate is off by several steps.
+    """
+    if setting not in SEARCH_UNITS:
+        raise BadInput(f"--max takes {' or '.join(SEARCH_UNITS)}, got {setting!r}")
+    if model.architecture is None:
+        raise MlxfitError(f"{model.id} is a bare size: its estimate does not depend on {setting}; give a model with an architecture")
+    unit = SEARCH_UNITS[setting]
+    target = int(usable_bytes * (1 - margin))
+
+    def with_value(v: int) -> TrainingConfig:
+        return replace(training, **{setting: v})
+
+    cache: dict[int, int] = {}
+
+    def predicted(v: int) -> int:
+        if v not in cache:
+            cache[v] = predict(model, with_value(v), backend, calibration)[0]
+        return cache[v]
+
+    start = largest(lambda v: predicted(v) <= target, unit)
+    result = MaxResult(
+        setting, training, backend, usable_bytes, margin, target, start,
+        predicted(start) if start else None, start, measured=False,
+    )
+    if not measure_runs or start is None:
+        return result
+
+    runs: list[SearchRun] = []
+    best, lowest_fail = None, None  # the largest value measured to fit, the smallest measured not to
+    settled = False
+    candidate = start
+    while len(runs) < max_runs:
+        on_event({"event": "search", "value": candidate, "run": len(runs) + 1, "predicted_bytes": predicted(candidate)})
+        request = measuring.request_for(model, with_value(candidate), max_steps=steps)
+        with InterruptWatch() as watch:
+            try:
+                m = measuring.measure(request, timeout=timeout, on_event=on_event)
+            except measuring.MeasurementFailed as e:
+                if watch.seen:
+                    raise KeyboardInterrupt from None
+                m, failure = None, str(e)
+        if m is None:
+            run = SearchRun(candidate, predicted(candidate), False, reason=failure)
+        else:
+            peak = m.peak_with_load_bytes
+            run = SearchRun(candidate, predicted(candidate), peak <= target, peak, m.process_peak_bytes,
+                            round(m.tokens_per_second, 2))
+        runs.append(run)
+        on_event({"event": "search_run", "run": run})
+        if run.fits:
+            best = candidate if best is None else max(best, candidate)
+        else:
+            lowest_fail = candidate if lowest_fail is None else min(lowest_fail, candidate)
+        if lowest_fail is not None and lowest_fail - (best or 0) == unit:
+            settled = True  # measured on both sides of the limit
+            break
+        # The next guess: the largest value the estimate, corrected by what was measured, lets fit.
+        if run.measured_peak_bytes is None:  # it died: no figure to correct by, so bisect
+            guess = max(unit, ((best or 0) + candidate) // 2 // unit * unit)
+        else:
+            corrected = _corrector(runs)
+            guess = largest(lambda v: corrected(predicted(v)) <= target, unit) or 0
+        if run.fits:
+            if guess < candidate + unit:
+                settled = True  # no room for one more, by the corrected estimate
+                break
+            if lowest_fail is not None and guess >= lowest_fail:
+                # The estimate is contradicted by a run that did not fit: bisect.
+                guess = (best + lowest_fail) // 2 // unit * unit
+            candidate = guess if lowest_fail is None else min(guess, lowest_fail - unit)
+        else:
+            candidate = max(min(guess, candidate - unit), (best or 0) + unit)
+    return replace(result, value=best, measured=True, settled=settled, runs=tuple(runs))

@@ -1,0 +1,162 @@
+"""`mlxfit bench`: parse, call mlxfit/bench.py, render with mlxfit/render_bench.py.
+
+Registered on the group in mlxfit/cli.py with `cli.add_command(bench)`; this
+module imports the group's helpers, so import it after they are defined.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .cli import CONTEXT_SETTINGS, get_machine, handle_errors, json_option, local_calibration, machine_options
+from .errors import BadInput, MlxfitError
+from .training import OPTIMIZERS, TrainingConfig
+
+LIST = "N[,N...]"
+MAX_CHOICES = ("batch_size", "max_seq_length", "batch-size", "max-seq-length")
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--model", "-m", "model_spec", metavar="MODEL", help="A folder with config.json, a Hugging Face repo id, a catalog id or a size like 7B. Default: Qwen/Qwen3-0.6B.")
+@click.option("--method", metavar="M[,M...]", help="Any of lora, qlora, full (as in mlxfit probe). Default: lora.")
+@click.option("--fine-tune-type", metavar="T[,T...]", default="lora", show_default=True, help="Any of lora, dora, full.")
+@click.option("--num-layers", metavar=LIST, default="16", show_default=True, help="Blocks to train, counted from the last; -1 for all.")
+@click.option("--batch-size", metavar=LIST, default="4", show_default=True, help="Examples per step.")
+@click.option("--max-seq-length", metavar=LIST, default="2048", show_default=True, help="Longest example in tokens.")
+@click.option("--rank", metavar=LIST, default="8", show_default=True, help="LoRA rank.")
+@click.option("--grad-checkpoint", metavar="on[,off]", default="off", show_default=True, help="Recompute activations in the backward pass.")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True)
+@click.option("--bits", type=int, default=4, show_default=True, help="QLoRA: bits per weight of the quantized base.")
+@click.option("--group-size", type=int, default=64, show_default=True, help="QLoRA: quantization group size.")
+@click.option("--max", "maximize", type=click.Choice(MAX_CHOICES), help="Instead of a sweep: the largest batch_size or max_seq_length that fits the budget less --margin.")
+@click.option("--margin", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True, help="With --max: the share of the budget kept free.")
+@click.option("--estimate-only", is_flag=True, help="Predict only; measure nothing.")
+@click.option("--force", is_flag=True, help="Measure combinations predicted not to fit too.")
+@click.option("--out", type=click.Path(dir_okay=False), help="Append one CSV row per combination to this file as it finishes.")
+@click.option("--resume", is_flag=True, help="Skip the combinations already in --out (an interrupted sweep).")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Draw measured vs predicted peak and tokens/second to this PNG (needs mlxfit[plot]).")
+@click.option("--backend", type=click.Choice(["cpu", "metal", "cuda"]), help="With --estimate-only: estimate for this MLX backend. Measured runs use this machine's.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds before one measurement is stopped.")
+@click.option("--steps", type=click.IntRange(min=3), default=6, show_default=True, help="Most steps per measurement.")
+@machine_options
+@json_option
+@handle_errors
+def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_length, rank, grad_checkpoint,
+          optimizer, bits, group_size, maximize, margin, estimate_only, force, out, resume, plot, backend,
+          timeout, steps, memory, gpu_memory, reserve, json_):
+    """Sweep training settings: predicted and measured peak and speed of each combination.
+
+    Comma-separated values sweep a setting; every combination runs in order of
+    increasing prediction, a few real mlx-lm steps each. --max finds the largest
+    batch size or sequence length that fits instead.
+
+    \b
+    Examples:
+      mlxfit bench -m Qwen/Qwen3-0.6B --batch-size 1,2,4,8 --max-seq-length 512,1024 --out r.csv --plot r.png
+      mlxfit bench -m Qwen/Qwen3-0.6B --method lora,qlora --grad-checkpoint on,off --estimate-only
+      mlxfit bench -m Qwen/Qwen3-0.6B --max batch_size --memory 16GB
+    """
+    from . import bench as lib
+    from . import render, render_bench
+    from .model import resolve_model
+
+    ctx = click.get_current_context()
+    given = {
+        "method": method, "fine_tune_type": fine_tune_type, "num_layers": num_layers, "batch_size": batch_size,
+        "max_seq_length": max_seq_length, "rank": rank, "grad_checkpoint": grad_checkpoint,
+    }
+    sweeps = {name: lib.parse_sweep(name, text) for name, text in given.items() if text is not None}
+    setting = maximize.replace("-", "_") if maximize else None
+    if setting:
+        flag = "--" + setting.replace("_", "-")
+        if ctx.get_parameter_source(setting) != click.core.ParameterSource.DEFAULT:
+            raise BadInput(f"--max {setting} searches {flag}: leave {flag} out")
+        several = [f"--{n.replace('_', '-')} {given[n]}" for n, v in sweeps.items() if len(v) > 1]
+        if several:
+            raise BadInput(f"--max searches one setting; give the others one value each (got {', '.join(several)})")
+        for option, value in (("--out", out), ("--resume", resume), ("--plot", plot), ("--force", force)):
+            if value:
+                raise BadInput(f"{option} is for sweeps, not for --max")
+    if resume and not out:
+        raise BadInput("--resume needs --out: the CSV of the sweep to resume")
+    if plot:
+        render_bench.check_plotting()
+
+    model = resolve_model(model_spec)
+    measuring = not estimate_only
+    if measuring and model.config is None:
+        raise MlxfitError(
+            f"{model.id} is a bare size with no architecture to build: measure a catalog id, a Hugging Face "
+            "repo id or a folder with config.json, or add --estimate-only"
+        )
+    machine = get_machine(memory, gpu_memory, reserve)
+    if measuring:
+        from .machine import mlx_backend
+
+        local = mlx_backend()
+        if backend and backend != local:
+            raise BadInput(f"--backend {backend}: measured runs run on this machine's {local} backend; add --estimate-only to estimate for {backend}")
+        backend = local  # the prediction is judged against a measurement made here
+    else:
+        backend = backend or machine.backend
+    calibration = local_calibration(machine, backend)
+    base = TrainingConfig(optimizer=optimizer, bits=bits, group_size=group_size)
+    trainings = lib.combinations(model, base, sweeps)
+
+    if setting:
+        if not json_:
+            render_bench.render_header(machine, model, trainings[0], [setting])
+        with render_bench.search_progress(setting, quiet=json_ or not measuring) as on_event:
+            result = lib.find_max(
+                model, trainings[0], setting, machine.usable_bytes, backend, margin=margin, calibration=calibration,
+                measure_runs=measuring, timeout=timeout, steps=steps, on_event=on_event,
+            )
+        if json_:
+            render.print_json({"model": model.to_dict(), "machine": machine.to_dict(), "max": result.to_dict()})
+        else:
+            render_bench.render_max(result)
+        return
+
+    log = lib.CsvLog(out) if out else None
+    stored = {}
+    if log is not None:
+        log.check()
+        if resume:
+            stored = {row.key: row for row in log.read()}
+    planned = lib.plan_sweep(model, trainings, machine.usable_bytes, backend, calibration, measuring, force)
+    varying = [name for name, values in sweeps.items() if len(values) > 1]
+    if not json_:
+        render_bench.render_header(machine, model, trainings[0], varying, out)
+
+    rows, resumed, interrupted = [], 0, False
+    with render_bench.sweep_progress(len(planned), varying, quiet=json_ or not measuring) as on_event:
+        try:
+            for row, fresh in lib.run_sweep(model, planned, machine.usable_bytes, backend, stored, timeout, steps, on_event):
+                rows.append(row)
+                if fresh and log is not None:
+                    log.append(row)
+                resumed += not fresh
+        except KeyboardInterrupt:
+            interrupted = True
+    if plot and rows:
+        render_bench.plot_sweep(rows, varying, machine.usable_bytes, plot, title=f"{model.id} · {backend}")
+    if json_:
+        render.print_json({
+            "model": model.to_dict(),
+            "machine": machine.to_dict(),
+            "backend": backend,
+            "usable_bytes": machine.usable_bytes,
+            "swept": {name: list(values) for name, values in sweeps.items() if name in varying},
+            "total": len(planned),
+            "resumed": resumed,
+            "interrupted": interrupted,
+            "out": out,
+            "plot": plot if rows else None,
+            "rows": [row.to_dict() for row in rows],
+        })
+    else:
+        render_bench.render_sweep(rows, varying, machine.usable_bytes, interrupted, len(planned))
+        if plot and rows:
+            render.console.print(f"Plot written to {plot}")
+    if interrupted:
+        ctx.exit(130)

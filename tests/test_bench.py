@@ -1,0 +1,368 @@
+"""`mlxfit bench`: sweeps, the CSV log and --resume, the --max search, --plot.
+
+Most tests replace the measurement with a fake that answers from the prediction
+(instant); two measure a tiny float32 model for real.
+"""
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from mlxfit import bench as lib
+from mlxfit.cli import cli
+from mlxfit.cli_bench import bench
+from mlxfit.errors import BadInput
+from mlxfit.measure import Measurement, MeasurementFailed
+from mlxfit.model import from_folder
+from mlxfit.plan import predict
+from mlxfit.training import TrainingConfig
+from conftest import LINUX_CPU
+from tiny_configs import TINY
+
+cli.add_command(bench)  # as mlxfit/cli.py registers it
+
+SMALL = dict(TINY["llama"], hidden_size=128, intermediate_size=256, vocab_size=512, torch_dtype="float32")
+HAVE_MATPLOTLIB = True
+try:
+    import matplotlib  # noqa: F401
+except ImportError:
+    HAVE_MATPLOTLIB = False
+
+
+@pytest.fixture
+def small(model_folder, platform):
+    platform(LINUX_CPU)
+    return str(model_folder(SMALL, name="small"))
+
+
+def run(*args, exit_code=0):
+    result = CliRunner().invoke(cli, ["bench", *args], catch_exceptions=False)
+    assert result.exit_code == exit_code, result.output
+    return result
+
+
+def run_json(*args, exit_code=0):
+    return json.loads(run(*args, "--json", exit_code=exit_code).output)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+class FakeMeasure:
+    """Stands in for measure.measure: the peak is `scale` × the prediction + `offset`.
+
+    `fail` lists batch sizes whose run dies; after `interrupt_after` calls it
+    raises KeyboardInterrupt, as Ctrl-C between two steps would."""
+
+    def __init__(self, scale=1.0, offset=0, fail=(), interrupt_after=None):
+        self.scale, self.offset, self.fail, self.interrupt_after = scale, offset, fail, interrupt_after
+        self.calls = []
+
+    def peak(self, request):
+        from mlxfit.model import _from_config
+
+        model = _from_config("fake", "local", request["config"])
+        return int(self.scale * predict(model, TrainingConfig(**request["training"]), "cpu")[0]) + self.offset
+
+    def __call__(self, request, timeout=None, on_event=lambda e: None, memory_cap=None):
+        if self.interrupt_after is not None and len(self.calls) >= self.interrupt_after:
+            raise KeyboardInterrupt
+        self.calls.append(request["training"])
+        if request["training"]["batch_size"] in self.fail:
+            raise MeasurementFailed("ran out of memory at step 1 after 1.00 GB: the system killed the measuring process (SIGKILL)")
+        peak = self.peak(request)
+        tokens = request["training"]["batch_size"] * (request["length"] - 1)
+        return Measurement(
+            peak_bytes=peak, peak_with_load_bytes=peak, cache_bytes=0, process_peak_bytes=peak + 10**8,
+            steps=3, seconds=0.3, build_seconds=0.1, backend="cpu", step_peaks_bytes=(peak,) * 3,
+            step_seconds=(0.2, 0.1, 0.1), tokens_per_step=tokens,
+        )
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    def use(**kwargs):
+        measure = FakeMeasure(**kwargs)
+        monkeypatch.setattr("mlxfit.measure.measure", measure)
+        return measure
+
+    return use
+
+
+# --- parsing and combinations ------------------------------------------------
+
+
+def test_parse_sweep():
+    assert lib.parse_sweep("batch_size", "1, 2,4,2") == (1, 2, 4)
+    assert lib.parse_sweep("grad_checkpoint", "on,off") == (True, False)
+    assert lib.parse_sweep("method", "lora,QLoRA,full") == ("lora", "qlora", "full")
+    for name, text, message in [
+        ("batch_size", "1,,2", "empty value"),
+        ("batch_size", "1,two", "whole numbers"),
+        ("grad_checkpoint", "maybe", "takes on,off"),
+        ("fine_tune_type", "lora,prefix", "takes lora,dora,full"),
+    ]:
+        with pytest.raises(BadInput, match=message):
+            lib.parse_sweep(name, text)
+
+
+def test_combinations_follow_probe_and_drop_duplicates(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(SMALL))
+    model = from_folder(tmp_path)
+    base = TrainingConfig(num_layers=-1)
+    runs = lib.combinations(model, base, {"method": ("lora", "qlora", "full"), "fine_tune_type": ("lora", "dora")})
+    assert [(t.method, t.fine_tune_type) for t in runs] == [
+        ("lora", "lora"), ("lora", "dora"), ("qlora", "lora"), ("qlora", "dora"), ("full", "full"),
+    ]
+    with pytest.raises(BadInput, match="Requested to train 4 layers but the model only has 2 layers"):
+        lib.combinations(model, base, {"num_layers": (1, 4)})
+
+
+# --- sweeps --------------------------------------------------------------------
+
+
+def test_measured_sweep_csv_and_plot(small, tmp_path):
+    """The issue's example on a tiny model, measured for real (six short runs)."""
+    out, png = tmp_path / "r.csv", tmp_path / "r.png"
+    plot = ["--plot", str(png)] if HAVE_MATPLOTLIB else []
+    data = run_json("--model", small, "--num-layers", "-1", "--batch-size", "1,2,4", "--max-seq-length", "128,256",
+                    "--steps", "3", "--out", str(out), *plot)
+    rows = read_csv(out)
+    assert len(rows) == len(data["rows"]) == 6
+    assert {(r["batch_size"], r["max_seq_length"]) for r in rows} == {(b, n) for b in "124" for n in ("128", "256")}
+    for r in rows:
+        assert r["status"] == "measured", r
+        assert int(r["predicted_bytes"]) > 0 and int(r["measured_peak_bytes"]) > 0
+        assert int(r["process_peak_bytes"]) > int(r["measured_peak_bytes"])
+        assert float(r["tokens_per_second"]) > 0 and float(r["seconds_per_step"]) > 0
+        assert abs(float(r["error_pct"])) < 35  # the estimate is in the right range
+    predicted = [int(r["predicted_bytes"]) for r in rows]
+    assert predicted == sorted(predicted)  # run in order of increasing prediction
+    assert data["swept"] == {"batch_size": [1, 2, 4], "max_seq_length": [128, 256]}
+    if HAVE_MATPLOTLIB:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_text_output(small, fake):
+    fake()
+    out = run("--model", small, "--num-layers", "-1", "--batch-size", "1,2", "--rank", "4,8", "--max-seq-length", "64").output
+    assert "Fixed" in out and "length 64" in out
+    assert "rank" in out and "tok/s" in out and "s/step" in out
+    assert out.count("fits") >= 4
+
+
+def test_over_budget_is_skipped_unless_forced(small, fake, tmp_path):
+    model = from_folder(tmp_path / "small")
+    need = {b: predict(model, TrainingConfig(num_layers=-1, batch_size=b, max_seq_length=128), "cpu")[0] for b in (1, 2, 4)}
+    memory = str((need[2] + need[4]) // 2)  # bytes: 2 fits, 4 does not
+    args = ["--model", small, "--num-layers", "-1", "--batch-size", "1,2,4", "--max-seq-length", "128", "--memory", f"{memory}B", "--reserve", "0"]
+    measure = fake()
+    rows = run_json(*args)["rows"]
+    assert [r["status"] for r in rows] == ["measured", "measured", "skipped"]
+    assert "exceeds the" in rows[2]["reason"] and len(measure.calls) == 2
+    forced = fake()
+    assert [r["status"] for r in run_json(*args, "--force")["rows"]] == ["measured"] * 3
+    assert len(forced.calls) == 3
+
+
+def test_a_run_that_dies_is_recorded_and_the_sweep_goes_on(small, fake, tmp_path):
+    fake(fail=(2,))
+    out = tmp_path / "r.csv"
+    rows = run_json("--model", small, "--num-layers", "-1", "--batch-size", "1,2,4", "--max-seq-length", "64", "--out", str(out))["rows"]
+    assert [r["status"] for r in rows] == ["measured", "failed", "measured"]
+    assert "ran out of memory" in rows[1]["reason"]
+    assert [r["status"] for r in read_csv(out)] == ["measured", "failed", "measured"]
+
+
+def test_estimate_only_measures_nothing(small, fake):
+    measure = fake()
+    rows = run_json("--model", small, "--num-layers", "-1", "--batch-size", "1,2", "--method", "lora,full", "--estimate-only")["rows"]
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"estimated"} and not measure.calls
+
+
+# --- interruption and --resume -----------------------------------------------------
+
+
+SWEEP = ["--num-layers", "-1", "--batch-size", "1,2,4", "--max-seq-length", "64,128"]
+
+
+def test_interrupted_sweep_resumes_with_only_what_is_missing(small, fake, tmp_path):
+    out = tmp_path / "r.csv"
+    fake(interrupt_after=2)
+    first = run_json("--model", small, *SWEEP, "--out", str(out), exit_code=130)
+    assert first["interrupted"] and len(first["rows"]) == 2
+    assert len(read_csv(out)) == 2  # what was measured is kept
+
+    measure = fake()
+    second = run_json("--model", small, *SWEEP, "--out", str(out), "--resume")
+    assert len(measure.calls) == 4 and second["resumed"] == 2 and not second["interrupted"]
+    rows = read_csv(out)
+    keys = [(r["batch_size"], r["max_seq_length"]) for r in rows]
+    assert len(rows) == 6 and len(set(keys)) == 6  # every combination once
+    assert len(second["rows"]) == 6
+
+    again = fake()
+    run_json("--model", small, *SWEEP, "--out", str(out), "--resume")
+    assert not again.calls and len(read_csv(out)) == 6
+
+
+def test_ctrl_c_during_a_measurement_stops_the_sweep(small, fake, tmp_path, monkeypatch):
+    """measure() turns Ctrl-C into MeasurementFailed; the sweep must still stop
+    and must not record the interrupted run as failed."""
+    measure = fake()
+
+    def interrupted(request, **kwargs):
+        if measure.calls:
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt:
+                raise MeasurementFailed("interrupted at step 1; the measuring process was stopped") from None
+        return measure(request, **kwargs)
+
+    monkeypatch.setattr("mlxfit.measure.measure", interrupted)
+    out = tmp_path / "r.csv"
+    data = run_json("--model", small, *SWEEP, "--out", str(out), exit_code=130)
+    assert data["interrupted"] and [r["status"] for r in read_csv(out)] == ["measured"]
+
+
+def test_a_row_cut_off_by_a_kill_is_measured_again(small, fake, tmp_path):
+    out = tmp_path / "r.csv"
+    fake(interrupt_after=2)
+    run_json("--model", small, *SWEEP, "--out", str(out), exit_code=130)
+    text = out.read_text()
+    out.write_text(text[: text.rindex("\n", 0, len(text) - 1) + 1] + "small,lora,lora,-1,2")  # the second row, half written
+    measure = fake()
+    run_json("--model", small, *SWEEP, "--out", str(out), "--resume")
+    assert len(measure.calls) == 5
+    assert len(lib.CsvLog(out).read()) == 6
+
+
+def test_resume_needs_out_and_matching_columns(small, tmp_path):
+    assert "--resume needs --out" in run("--model", small, "--resume", exit_code=2).output
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    assert "other columns" in run("--model", small, "--num-layers", "-1", "--out", str(other), exit_code=1).output
+
+
+# --- --max -----------------------------------------------------------------
+
+
+def budget_for(model, setting, answer, margin=0.1, **training):
+    """A --memory size (bytes, reserve 0) whose budget less the margin just holds `answer`."""
+    need = predict(model, TrainingConfig(num_layers=-1, **{setting: answer}, **training), "cpu")[0]
+    return f"{int(need / (1 - margin)) + 1000}B"
+
+
+@pytest.mark.parametrize("setting, values, fixed", [
+    ("batch_size", range(1, 65), ["--max-seq-length", "128"]),
+    ("max_seq_length", range(32, 4097, 32), ["--batch-size", "2"]),
+])
+def test_max_by_estimate_agrees_with_an_exhaustive_sweep(small, tmp_path, setting, values, fixed):
+    model = from_folder(tmp_path / "small")
+    extra = {"max_seq_length": 128} if setting == "batch_size" else {"batch_size": 2}
+    memory = budget_for(model, setting, 13 * (32 if setting == "max_seq_length" else 1), **extra)
+    common = ["--model", small, "--num-layers", "-1", "--memory", memory, "--reserve", "0", "--estimate-only", "--backend", "cpu", *fixed]
+    found = run_json(*common, "--max", setting)["max"]
+    flag = "--" + setting.replace("_", "-")
+    rows = run_json(*common, flag, ",".join(map(str, values)))["rows"]
+    target = found["target_bytes"]
+    exhaustive = max(r[setting] for r in rows if r["predicted_bytes"] <= target)
+    assert found["value"] == exhaustive == 13 * (32 if setting == "max_seq_length" else 1)
+    assert found["measured_runs"] == 0
+
+
+@pytest.mark.parametrize("scale, offset, fail, most_runs", [
+    (1.0, 0, (), 1), (0.8, 0, (), 2), (0.5, 0, (), 2), (1.25, 0, (), 2), (2.0, 0, (), 2),
+    (1.0, 3_000_000, (), 2), (0.9, -1_000_000, (), 2), (1.0, 0, range(6, 41), 4),
+], ids=["exact", "over-estimate", "far-over", "under-estimate", "far-under", "offset", "mixed", "crashes"])
+def test_max_measured_agrees_with_an_exhaustive_measured_sweep(small, fake, tmp_path, scale, offset, fail, most_runs):
+    model = from_folder(tmp_path / "small")
+    memory = budget_for(model, "batch_size", 10, max_seq_length=128)
+    common = ["--model", small, "--num-layers", "-1", "--max-seq-length", "128", "--memory", memory, "--reserve", "0"]
+    measure = fake(scale=scale, offset=offset, fail=fail)
+    found = run_json(*common, "--max", "batch_size")["max"]
+    search_runs = len(measure.calls)
+    rows = run_json(*common, "--batch-size", ",".join(map(str, range(1, 41))), "--force")["rows"]
+    measured = [r for r in rows if r["status"] == "measured"]
+    exhaustive = max((r["batch_size"] for r in measured if r["measured_peak_bytes"] <= found["target_bytes"]), default=None)
+    assert found["value"] == exhaustive and found["settled"]
+    assert found["measured_runs"] == search_runs <= most_runs
+    answer = next(r for r in found["runs"] if r["value"] == found["value"])
+    assert found["measured_peak_bytes"] == answer["measured_peak_bytes"] <= found["target_bytes"]
+
+
+def test_max_measured_for_real(small, tmp_path):
+    """A budget that makes the answer small; a couple of real runs confirm it."""
+    model = from_folder(tmp_path / "small")
+    memory = budget_for(model, "batch_size", 3, max_seq_length=64)
+    found = run_json("--model", small, "--num-layers", "-1", "--max-seq-length", "64", "--memory", memory,
+                     "--reserve", "0", "--max", "batch_size", "--steps", "3")["max"]
+    assert found["estimate_value"] == 3 and found["measured"] and 1 <= found["measured_runs"] <= 3
+    by_value = {r["value"]: r for r in found["runs"]}
+    assert by_value[found["value"]]["fits"]
+    assert by_value[found["value"]]["measured_peak_bytes"] <= found["target_bytes"]
+    if found["value"] + 1 in by_value:
+        assert not by_value[found["value"] + 1]["fits"]
+    text = run("--model", small, "--num-layers", "-1", "--max-seq-length", "64", "--memory", memory,
+               "--reserve", "0", "--max", "batch_size", "--estimate-only").output
+    assert "Largest batch size that fits" in text and ": 3" in text
+
+
+def test_largest_searches_by_doubling_then_bisection():
+    calls = []
+
+    def fits(v):
+        calls.append(v)
+        return v <= 1000
+
+    assert lib.largest(fits, 1) == 1000 and len(calls) < 25
+    assert lib.largest(lambda v: v <= 1000, 32) == 992
+    assert lib.largest(lambda v: False, 1) is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max", "batch_size", "--batch-size", "4"], "leave --batch-size out"),
+    (["--max", "batch_size", "--rank", "8,16"], "give the others one value each"),
+    (["--max", "max-seq-length", "--plot", "x.png"], "--plot is for sweeps"),
+])
+def test_max_usage_errors(small, args, message):
+    assert message in run("--model", small, *args, exit_code=2).output
+
+
+# --- plot ---------------------------------------------------------------------
+
+
+def test_plot_with_skipped_and_failed_runs(small, fake, tmp_path):
+    pytest.importorskip("matplotlib")
+    fake(fail=(2,))
+    png = tmp_path / "p.png"
+    model = from_folder(tmp_path / "small")
+    memory = budget_for(model, "batch_size", 4, margin=0.0, max_seq_length=64)
+    run("--model", small, "--num-layers", "-1", "--batch-size", "1,2,4,8", "--max-seq-length", "64",
+        "--memory", memory, "--reserve", "0", "--plot", str(png))
+    assert png.stat().st_size > 10_000
+
+
+def test_plot_without_matplotlib_is_one_line(small, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    result = CliRunner().invoke(cli, ["bench", "--model", small, "--plot", "x.png"])
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: --plot needs matplotlib: pip install 'mlxfit[plot]'"
+
+
+def test_importing_the_command_stays_light():
+    code = (
+        "import sys\n"
+        "import mlxfit.cli_bench\n"
+        "heavy = ('mlx_lm', 'transformers', 'matplotlib')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in ('mlxfit.bench', 'mlxfit.render_bench')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
