@@ -1,0 +1,84 @@
+"""Discrete GPUs and several Macs: per-node budgets and estimates."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from mlxfit.cli import cli
+from conftest import CUDA_24GB, LINUX_CPU
+
+
+def run_json(*args):
+    result = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_discrete_gpu_never_counts_system_ram(platform):
+    platform(CUDA_24GB)
+    data = run_json("probe", "--model", "Qwen/Qwen2.5-1.5B-Instruct")
+    machine = data["machine"]
+    assert machine["total_bytes"] == 25757220864 and not machine["unified"]
+    assert machine["usable_bytes"] < CUDA_24GB.system_total / 4
+    assert data["backend"] == "cuda"
+    text = " ".join(CliRunner().invoke(cli, ["probe", "--model", "Qwen/Qwen2.5-1.5B-Instruct"]).output.split())
+    assert "system RAM does not count" in text
+
+
+def test_cuda_fused_attention_drops_the_scores():
+    from mlxfit.estimate import estimate
+    from mlxfit.model import from_catalog
+    from mlxfit.training import TrainingConfig
+
+    model = from_catalog("meta-llama/Llama-3.2-1B-Instruct")
+    # mlx-lm pads to 1 + 32k tokens, so the model sees 32k: 1025 -> 1024, a multiple of 128.
+    fused = estimate(model, TrainingConfig(max_seq_length=1025), "cuda").parts["attention scores"]
+    unfused = estimate(model, TrainingConfig(max_seq_length=1025), "metal").parts["attention scores"]
+    odd = estimate(model, TrainingConfig(max_seq_length=1057), "cuda").parts["attention scores"]
+    assert fused < unfused / 100 and odd > fused * 100
+
+
+def test_hosts_split_the_batch_and_add_all_reduce_buffers(platform):
+    platform(LINUX_CPU)
+    one = run_json("probe", "--model", "Qwen/Qwen3-0.6B", "--batch-size", "4")
+    two = run_json("probe", "--model", "Qwen/Qwen3-0.6B", "--batch-size", "4", "--hosts", "2")
+    lora1 = next(e for e in one["estimates"] if e["method"] == "lora")["breakdown"]
+    lora2 = next(e for e in two["estimates"] if e["method"] == "lora")["breakdown"]
+    assert lora2["activations"] * 2 == pytest.approx(lora1["activations"], rel=0.01)
+    assert lora2["all-reduce buffers"] == 2 * lora2["weights (trainable)"] and lora1["all-reduce buffers"] == 0
+
+
+def test_batch_must_divide_by_hosts():
+    result = CliRunner().invoke(cli, ["probe", "--batch-size", "3", "--hosts", "2"])
+    assert result.exit_code == 2 and "divisible by the number of workers" in result.output
+
+
+def test_hostfile_checks_every_host(tmp_path, platform):
+    platform(LINUX_CPU)
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text(json.dumps([
+        {"ssh": "studio", "ips": ["192.0.2.1"], "memory": "64GB"},
+        {"ssh": "air", "ips": ["192.0.2.2"], "memory": "8GB"},
+    ]))
+    data = run_json("probe", "--model", "Qwen/Qwen3-4B", "--batch-size", "4", "--max-seq-length", "1024", "--hostfile", str(hostfile))
+    hosts = {h["host"]: h for h in data["hosts"]}
+    assert data["training"]["hosts"] == 2 and data["backend"] == "metal"
+    assert hosts["studio"]["fits"] and not hosts["air"]["fits"]
+    assert hosts["studio"]["usable_bytes"] == 48 * 10**9
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "not valid JSON"),
+        ("[]", "lists no hosts"),
+        ('[{"ssh": "a"}]', "has no 'memory'"),
+        ('[{"ssh": "a", "memory": "lots"}]', "not a memory size"),
+    ],
+)
+def test_bad_hostfiles(tmp_path, content, message):
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text(content)
+    result = CliRunner().invoke(cli, ["probe", "--hostfile", str(hostfile)])
+    assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output
