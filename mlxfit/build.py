@@ -30,12 +30,18 @@ def has_weights(folder: Path | None) -> bool:
 
 
 def _random_fill(shape, dtype, scale=0.02):
+    """Random rows, repeated: a block of whole rows that divides the row count, so
+    the result is one exact-size array (a sliced-off tail would keep its buffer)."""
     n = math.prod(shape)
     if n <= _FILL_PERIOD:
         return mx.random.uniform(-scale, scale, shape, dtype=dtype)
-    block = mx.random.uniform(-scale, scale, (_FILL_PERIOD,), dtype=dtype)
-    reps = -(-n // _FILL_PERIOD)
-    return mx.broadcast_to(block, (reps, _FILL_PERIOD)).reshape(-1)[:n].reshape(shape)
+    cols = shape[-1]
+    rows = n // cols
+    block = max(1, min(rows, _FILL_PERIOD // cols))
+    while rows % block:
+        block -= 1
+    tile = mx.random.uniform(-scale, scale, (1, block, cols), dtype=dtype)
+    return mx.broadcast_to(tile, (rows // block, block, cols)).reshape(shape)
 
 
 def model_dtype(config: dict) -> mx.Dtype:
