@@ -6,7 +6,6 @@ measurements, and return short sentences with numbers.
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 from .dataset import DataStats, padded_length, smallest_max_length
 from .plan import Plan, predict

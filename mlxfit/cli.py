@@ -9,7 +9,7 @@ import click
 
 from . import __version__
 from .errors import MlxfitError
-from .training import FINE_TUNE_TYPES, OPTIMIZERS, TrainingConfig
+from .training import FINE_TUNE_TYPES, OPTIMIZERS
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

@@ -14,7 +14,6 @@ import math
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Callable, Sequence
 
 from .errors import BadInput, MlxfitError

@@ -11,7 +11,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import mlx.core as mx
 from mlx_lm.tuner.trainer import TrainingArgs, TrainingCallback, train
 
 from mlxfit.build import build
