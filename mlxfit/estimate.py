@@ -25,6 +25,7 @@ from .model import ModelInfo
 from .training import TrainingConfig
 
 BACKENDS = ("cpu", "metal", "cuda")
+ACT_H, ACT_QKV, ACT_I = 6, 2, 4  # tensors kept per block, by width (see features)
 _BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 LORA_BYTES = 4  # mlx_lm/tuner/lora.py: lora_a uniform, lora_b zeros, both float32
 
@@ -165,8 +166,11 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
     h, V = arch.hidden_size, arch.vocab_size
     qkv = (arch.num_heads + 2 * arch.num_kv_heads) * arch.head_dim
     if arch.is_moe:
-        # Tokens are gathered per chosen expert: k expert MLPs per token, plus the router.
-        inter = arch.experts_per_token * arch.intermediate_size + arch.num_experts
+        # mlx_lm/models/switch_layers.py SwitchGLU: each token is copied to its k
+        # experts (_gather_sort), runs k expert MLPs, and k outputs are combined;
+        # plus the router's scores.
+        k = arch.experts_per_token
+        inter = k * arch.intermediate_size + 2 * k * h + arch.num_experts
     else:
         inter = arch.intermediate_size
     per_token_block = (h, qkv, inter)
@@ -186,8 +190,12 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
     else:
         trainable = adapter_shapes(blocks, training.rank, training.fine_tune_type == "dora")
         param_bytes = LORA_BYTES
-    dora_weights = 0
-    if training.fine_tune_type == "dora":
+    dora_weights = adapter_outputs = 0
+    if training.fine_tune_type != "full":
+        # lora.py / dora.py __call__: every adapted layer keeps the base output y and
+        # the adapter's z (DoRA also the rescaled output), each B x T x out.
+        outs_per_block = max((sum(lin.out_features for lin in b.linears) for b in blocks), default=0)
+        adapter_outputs = B * T * outs_per_block * (1 if training.grad_checkpoint else n) * s
         # dora.py __call__: the adapted weight w + scale * B^T A^T (float32) of a layer.
         dora_weights = max((lin.in_features * lin.out_features for b in blocks for lin in b.linears), default=0) * 4
     linear_bytes, other_bytes = base_weight_bytes(model, training)
@@ -200,9 +208,15 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         "act_h_bytes": act_h * s,
         "act_qkv_bytes": act_qkv * s,
         "act_i_bytes": act_i * s,
+        # What one block keeps for its backward pass, per token: the two norms'
+        # inputs and outputs and the residual stream (~6 h), q/k/v before and after
+        # RoPE (~2 qkv), the MLP's gate, up, activation and product (~4 I).
+        "act_bytes": (ACT_H * act_h + ACT_QKV * act_qkv + ACT_I * act_i) * s,
         "scores_bytes": att * s,
         "logits_bytes": B * T * V * s,
         "dora_bytes": dora_weights,
+        "adapter_act_bytes": adapter_outputs,
+        "dora": training.fine_tune_type == "dora",
         "softcap": arch.model_type == "gemma2",  # manual attention with tanh capping
         "tokens": T,
         "trained_blocks": n,
@@ -229,10 +243,11 @@ def estimate(model: ModelInfo, training: TrainingConfig, backend: str = "cpu", l
         "gradients": f["trainable_bytes"],
         "optimizer state": f["optimizer_bytes"],
         "update temporaries": int(c["update"] * (f["trainable_bytes"] + f["optimizer_bytes"])),
-        "activations": int(c["act_h"] * f["act_h_bytes"] + c["act_qkv"] * f["act_qkv_bytes"] + c["act_i"] * f["act_i_bytes"]),
+        "activations": int(c["act"] * f["act_bytes"]),
         "attention scores": int(scores_c * f["scores_bytes"]),
         "logits and gradient": int(logits_c * f["logits_bytes"]),
-        "dora temporaries": int(c["dora"] * f["dora_bytes"]),
+        "adapter outputs": int(c["adapter_act"] * f["adapter_act_bytes"]),
+        "dora temporaries": int(c["dora"] * f["dora_bytes"] + (c["dora_act"] * f["adapter_act_bytes"] if f["dora"] else 0)),
         # mlx/nn/utils.py average_gradients: gradients concatenated into all-reduce
         # buffers, summed into another; both live until split back (upper bound).
         "all-reduce buffers": 2 * f["trainable_bytes"] if training.hosts > 1 else 0,

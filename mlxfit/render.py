@@ -95,6 +95,7 @@ PART_STYLES = {
     "activations": "cyan",
     "attention scores": "magenta",
     "logits and gradient": "blue",
+    "adapter outputs": "bright_cyan",
     "dora temporaries": "red",
     "all-reduce buffers": "purple",
     "framework": "white",
