@@ -196,6 +196,7 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         # the adapter's z (DoRA also the rescaled output), each B x T x out.
         outs_per_block = max((sum(lin.out_features for lin in b.linears) for b in blocks), default=0)
         adapter_outputs = B * T * outs_per_block * (1 if training.grad_checkpoint else n) * s
+    if training.fine_tune_type == "dora":
         # dora.py __call__: the adapted weight w + scale * B^T A^T (float32) of a layer.
         dora_weights = max((lin.in_features * lin.out_features for b in blocks for lin in b.linears), default=0) * 4
     linear_bytes, other_bytes = base_weight_bytes(model, training)
