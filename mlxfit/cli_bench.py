@@ -1,14 +1,13 @@
 """`mlxfit bench`: parse, call mlxfit/bench.py, render with mlxfit/render_bench.py.
 
-Registered on the group in mlxfit/cli.py with `cli.add_command(bench)`; this
-module imports the group's helpers, so import it after they are defined.
+Registered on the group in mlxfit/cli.py with `cli.add_command(bench)`.
 """
 
 from __future__ import annotations
 
 import click
 
-from .cli import CONTEXT_SETTINGS, get_machine, handle_errors, json_option, local_calibration, machine_options
+from .cli_options import CONTEXT_SETTINGS, get_machine, handle_errors, json_option, local_calibration, machine_options
 from .errors import BadInput, MlxfitError
 from .training import OPTIMIZERS, TrainingConfig
 

@@ -45,7 +45,10 @@ def trainer_peaks(request):
     ids=["lora", "dora", "full", "qlora"],
 )
 def test_agrees_with_mlx_lm_trainer(tmp_path, method, grad_checkpoint):
-    request = small_request(tmp_path, grad_checkpoint=grad_checkpoint, **method)
+    # Big enough that one buffer's run-to-run jitter on the CPU backend stays well
+    # under the 3% tolerance (on a 10 MB model it reached 3.1%).
+    config = dict(SMALL, hidden_size=256, intermediate_size=512, vocab_size=2048)
+    request = small_request(tmp_path, config=config, length=128, grad_checkpoint=grad_checkpoint, **method)
     measured = measure(request, timeout=300)
     request["max_steps"] = measured.steps
     reference = trainer_peaks(request)[-1]

@@ -1,0 +1,85 @@
+"""Options and helpers shared by every command (mlxfit/cli.py, mlxfit/cli_bench.py)."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import click
+
+from .errors import MlxfitError
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class SizeParam(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        from .units import parse_bytes
+
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_bytes(value)
+        except MlxfitError as e:
+            self.fail(str(e), param, ctx)
+
+
+class ReserveParam(click.ParamType):
+    name = "FRACTION|SIZE"
+
+    def convert(self, value, param, ctx):
+        from .machine import parse_reserve
+
+        try:
+            return parse_reserve(value)
+        except MlxfitError as e:
+            self.fail(str(e), param, ctx)
+
+
+def handle_errors(fn):
+    """Library errors become one line and an exit status; MLXFIT_DEBUG=1 re-raises."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except MlxfitError as e:
+            if os.environ.get("MLXFIT_DEBUG"):
+                raise
+            if e.exit_code == 2:
+                raise click.UsageError(str(e)) from None
+            raise click.ClickException(str(e)) from None
+
+    return wrapper
+
+
+def machine_options(fn):
+    options = [
+        click.option("--memory", type=SizeParam(), help="Plan for a hypothetical unified-memory machine of this size instead of this one (36GB, 36GiB, 512MB)."),
+        click.option("--gpu-memory", type=SizeParam(), help="Plan for a hypothetical discrete GPU with this much memory (the computer's RAM does not count)."),
+        click.option("--reserve", type=ReserveParam(), help="Memory kept back for the OS and apps: a fraction (0.25, 25%) or a size (8GB). Default: a quarter of unified memory, 5% of a GPU's."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def json_option(fn):
+    return click.option("json_", "--json", is_flag=True, help="Print one JSON object (bytes as integers) instead of text.")(fn)
+
+
+def get_machine(memory, gpu_memory, reserve):
+    from .machine import build_machine, read_platform
+
+    return build_machine(read_platform(), reserve=reserve, memory=memory, gpu_memory=gpu_memory)
+
+
+def local_calibration(machine, backend):
+    """Stored measurements correct estimates for this machine's own backend only."""
+    from .calibration import calibration
+
+    if machine.hypothetical or (backend and backend != machine.backend):
+        return None
+    return calibration(machine.backend)
