@@ -121,6 +121,17 @@ def run_steps(
         )
         records.append(record)
         on_step(record)
-        if it >= min_steps and record.peak_bytes <= records[-3].peak_bytes * (1 + stable_within):
+        stable = it >= min_steps and record.peak_bytes <= records[-3].peak_bytes * (1 + stable_within)
+        if _all_agree(stable):
             break
     return records
+
+
+def _all_agree(flag: bool) -> bool:
+    """Under mlx.launch every rank must stop at the same step, or the others wait on
+    a peer that has gone: stop only when every rank's peak has settled."""
+    world = mx.distributed.init()
+    if world.size() == 1:
+        return flag
+    votes = mx.distributed.all_sum(mx.array(int(flag)), stream=mx.cpu)
+    return int(votes.item()) == world.size()
