@@ -423,13 +423,7 @@ def run_sweep(
         else:
             request = measuring.request_for(model, p.training, max_steps=steps)
             tic = time.monotonic()
-            with InterruptWatch() as watch:
-                try:
-                    m = measuring.measure(request, timeout=timeout, on_event=on_event)
-                except measuring.MeasurementFailed as e:
-                    if watch.seen:
-                        raise KeyboardInterrupt from None
-                    m, failure = None, str(e)
+            m, failure = measure_once(request, timeout, on_event)
             wall = time.monotonic() - tic
             walls.append(wall)
             to_measure -= 1
@@ -604,13 +598,7 @@ def find_max(
     while len(runs) < max_runs:
         on_event({"event": "search", "value": candidate, "run": len(runs) + 1, "predicted_bytes": predicted(candidate)})
         request = measuring.request_for(model, with_value(candidate), max_steps=steps)
-        with InterruptWatch() as watch:
-            try:
-                m = measuring.measure(request, timeout=timeout, on_event=on_event)
-            except measuring.MeasurementFailed as e:
-                if watch.seen:
-                    raise KeyboardInterrupt from None
-                m, failure = None, str(e)
+        m, failure = measure_once(request, timeout, on_event)
         if m is None:
             run = SearchRun(candidate, predicted(candidate), False, reason=failure)
         else:
@@ -643,3 +631,15 @@ def find_max(
         else:
             candidate = max(min(guess, candidate - unit), (best or 0) + unit)
     return replace(result, value=best, measured=True, settled=settled, runs=tuple(runs))
+
+
+def measure_once(request: dict, timeout, on_event):
+    """(Measurement, None), or (None, why) for a run that died; a Ctrl-C that
+    stopped the child is raised again as KeyboardInterrupt, not recorded as a failure."""
+    with InterruptWatch() as watch:
+        try:
+            return measuring.measure(request, timeout=timeout, on_event=on_event), None
+        except measuring.MeasurementFailed as e:
+            if watch.seen:
+                raise KeyboardInterrupt from None
+            return None, str(e)
