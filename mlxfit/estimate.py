@@ -27,6 +27,7 @@ from .training import TrainingConfig
 BACKENDS = ("cpu", "metal", "cuda")
 ACT_H, ACT_QKV, ACT_I = 6, 2, 4  # tensors kept per block, by width (see features)
 _BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+QK_NORM_TYPES = ("qwen3", "qwen3_moe", "gemma3", "gemma3_text")
 LORA_BYTES = 4  # mlx_lm/tuner/lora.py: lora_a uniform, lora_b zeros, both float32
 
 
@@ -47,7 +48,12 @@ class Breakdown:
         return sum(self.parts.values())
 
     def to_dict(self) -> dict:
-        return {"predicted_peak_bytes": self.peak_bytes, "backend": self.backend, "breakdown": dict(self.parts)}
+        return {
+            "predicted_peak_bytes": self.peak_bytes,
+            "backend": self.backend,
+            "peak_phase": self.features.get("phase"),
+            "breakdown": dict(self.parts),
+        }
 
     def with_part(self, name: str, n_bytes: int) -> "Breakdown":
         return Breakdown(parts={**self.parts, name: n_bytes}, backend=self.backend, features=self.features)
@@ -156,6 +162,31 @@ def _elements(shapes) -> int:
     return sum(math.prod(shape) for shape in shapes)
 
 
+# What is in flight at the optimizer update, beyond the resident weights and
+# optimizer state: gradients, new parameters and new state not yet swapped in.
+# MLX frees each old parameter once its update has run, so what is in flight
+# is about a fixed number of blocks' worth of trainable weights, capped at a
+# multiple of all of them: (blocks, cap) per optimizer. Measured on the CPU with
+# full fine-tunes of 16-token sequences, where activations are negligible, at 4,
+# 8 and 16 blocks (tests/test_measure.py, benchmarks/accuracy.py llama-wide-1k):
+# adam 8.6 / 9.7 / 10.7 blocks (2.16 / 1.22 / 0.67 of all), adafactor - / 11.3 /
+# 18.7 blocks (- / 1.41 / 1.17), sgd - / 2.9 / 3.2 blocks (- / 0.37 / 0.2),
+# muon - / 15.5 / - blocks (- / 1.94 / -).
+UPDATE_IN_FLIGHT = {"sgd": (3.5, 1.0), "adam": (11.0, 2.2), "adamw": (11.0, 2.2), "adafactor": (19.0, 1.5), "muon": (16.0, 2.0)}
+
+
+def update_in_flight_bytes(optimizer: str, trainable_bytes: int, trained_blocks: int) -> int:
+    blocks, cap = UPDATE_IN_FLIGHT[optimizer]
+    per_block = trainable_bytes / max(trained_blocks, 1)
+    return int(min(cap * trainable_bytes, blocks * per_block))
+
+
+def _fused_outputs(blocks) -> int:
+    """Widths of the fused projections whose output is split (phi3 qkv_proj, gate_up_proj)."""
+    fused = ("qkv_proj", "gate_up_proj")
+    return max((sum(lin.out_features for lin in b.linears if lin.path.endswith(fused)) for b in blocks), default=0)
+
+
 def features(model: ModelInfo, training: TrainingConfig, length: int | None = None) -> dict:
     """Element and byte counts of one configuration; the fitted parts scale these."""
     arch, s = model.architecture, dtype_bytes(model)
@@ -163,6 +194,7 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
     B, T = training.batch_size // training.hosts, max(batch_len - 1, 1)
     blocks = _trained_blocks(arch, training)
     n = len(blocks)
+    frozen_blocks = arch.num_layers - n
     h, V = arch.hidden_size, arch.vocab_size
     qkv = (arch.num_heads + 2 * arch.num_kv_heads) * arch.head_dim
     if arch.is_moe:
@@ -173,85 +205,152 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         inter = k * arch.intermediate_size + 2 * k * h + arch.num_experts
     else:
         inter = arch.intermediate_size
-    per_token_block = (h, qkv, inter)
-    scores = B * arch.num_heads * T * T
-    if training.grad_checkpoint:
-        # mlx_lm/tuner/trainer.py grad_checkpoint: each block keeps only its input;
-        # one block at a time is recomputed with its full activations.
-        act_h = B * T * h * (n + 1)
-        act_qkv, act_i = B * T * qkv, B * T * inter
-        att = scores if n else 0
-    else:
-        act_h, act_qkv, act_i = (B * T * x * n for x in per_token_block)
-        att = scores * n
-    if training.fine_tune_type == "full":
+    # What one block keeps for its backward pass, per token: the two norms'
+    # inputs and outputs and the residual stream (~6 h), q/k/v before and after
+    # RoPE (~2 qkv), the MLP's gate, up, activation and product (~4 I).
+    block_act = B * T * (ACT_H * h + ACT_QKV * qkv + ACT_I * inter) * s
+    block_scores = B * arch.num_heads * T * T * s
+    # Full fine-tuning also differentiates every linear's weight and the norms'. In
+    # the grid, MoE full fine-tunes show no extra for their experts' MLP, so only
+    # the dense widths count.
+    dense_act = B * T * (ACT_H * h + ACT_QKV * qkv + (0 if arch.is_moe else ACT_I * inter)) * s
+    fused = _fused_outputs(arch.blocks)
+    # mlx_lm/tuner/trainer.py grad_checkpoint: each block keeps only its input;
+    # one block at a time is recomputed with its full activations.
+    live_blocks = min(n, 1) if training.grad_checkpoint else n
+    full = training.fine_tune_type == "full"
+    softcap = arch.model_type == "gemma2"
+    if full:
         trainable = full_shapes(blocks)
         param_bytes = s
     else:
         trainable = adapter_shapes(blocks, training.rank, training.fine_tune_type == "dora")
         param_bytes = LORA_BYTES
     dora_weights = adapter_outputs = 0
-    if training.fine_tune_type != "full":
+    if not full:
         # lora.py / dora.py __call__: every adapted layer keeps the base output y and
         # the adapter's z (DoRA also the rescaled output), each B x T x out.
         outs_per_block = max((sum(lin.out_features for lin in b.linears) for b in blocks), default=0)
-        adapter_outputs = B * T * outs_per_block * (1 if training.grad_checkpoint else n) * s
+        adapter_outputs = B * T * outs_per_block * live_blocks * s
     if training.fine_tune_type == "dora":
         # dora.py __call__: the adapted weight w + scale * B^T A^T (float32) of a layer.
         dora_weights = max((lin.in_features * lin.out_features for b in blocks for lin in b.linears), default=0) * 4
     linear_bytes, other_bytes = base_weight_bytes(model, training)
+    act = block_act * live_blocks
     return {
         "s": s,
         "base_bytes": linear_bytes + other_bytes,
         "trainable_elements": _elements(trainable),
         "trainable_bytes": _elements(trainable) * param_bytes,
         "optimizer_bytes": optimizer_state_elements(training.optimizer, trainable) * param_bytes,
-        "act_h_bytes": act_h * s,
-        "act_qkv_bytes": act_qkv * s,
-        "act_i_bytes": act_i * s,
-        # What one block keeps for its backward pass, per token: the two norms'
-        # inputs and outputs and the residual stream (~6 h), q/k/v before and after
-        # RoPE (~2 qkv), the MLP's gate, up, activation and product (~4 I).
-        "act_bytes": (ACT_H * act_h + ACT_QKV * act_qkv + ACT_I * act_i) * s,
-        "scores_bytes": att * s,
+        "act_bytes": act,
+        "act_full_bytes": dense_act * live_blocks if full else 0,
+        "checkpoint_bytes": B * T * h * (n + 1) * s if training.grad_checkpoint and n else 0,
+        "scores_bytes": block_scores * live_blocks,
+        # The backward pass of the block being differentiated: its attention's
+        # softmax gradient and its activations' gradients, once whatever the depth.
+        "scores_once_bytes": block_scores if n else 0,
+        "act_once_bytes": block_act if n else 0,
+        "act_full_once_bytes": dense_act if n and full else 0,
+        # With checkpointing, the block being differentiated first recomputes its
+        # forward pass, scores included, inside the backward pass.
+        "scores_recompute_bytes": block_scores if n and training.grad_checkpoint else 0,
+        # Per-head RMSNorms on q and k (qwen3, gemma3): with their weights trained,
+        # their VJP builds q- and k-sized temporaries.
+        "qk_norm_full_bytes": B * T * (arch.num_heads + arch.num_kv_heads) * arch.head_dim * live_blocks * s
+        if full and arch.model_type in QK_NORM_TYPES else 0,
         "logits_bytes": B * T * V * s,
         "dora_bytes": dora_weights,
         "adapter_act_bytes": adapter_outputs,
-        "dora": training.fine_tune_type == "dora",
-        "softcap": arch.model_type == "gemma2",  # manual attention with tanh capping
+        # Measured: a model with fused projections (phi3) keeps each split output's
+        # gradient, and its frozen leading blocks' activations stay alive too.
+        "split_bytes": B * T * fused * live_blocks * s,
+        "frozen_fused_bytes": (block_act + block_scores) * frozen_blocks if fused and n else 0,
+        "dora_act_bytes": adapter_outputs if training.fine_tune_type == "dora" else 0,
+        # gemma2: manual attention with tanh capping of the scores and the logits.
+        "softcap_scores_bytes": block_scores * live_blocks if softcap else 0,
+        "softcap_logits_bytes": B * T * V * s if softcap else 0,
+        "softcap": softcap,
         "tokens": T,
         "trained_blocks": n,
     }
 
 
+# The fitted terms: (coefficient, feature, part it is drawn as, moments it is
+# alive at). A backward pass peaks either at the loss (the logits' gradient on
+# top of everything kept for the backward pass) or inside the block being
+# differentiated (its attention's softmax gradient and activation gradients).
+KEPT, LOSS, BLOCK = ("loss", "block"), ("loss",), ("block",)
+TERMS = (
+    ("act", "act_bytes", "activations", KEPT),
+    ("act_full", "act_full_bytes", "activations", KEPT),
+    ("qk_norm_full", "qk_norm_full_bytes", "activations", KEPT),
+    ("checkpoint", "checkpoint_bytes", "activations", KEPT),
+    ("split", "split_bytes", "activations", KEPT),
+    ("frozen_fused", "frozen_fused_bytes", "activations", KEPT),
+    ("scores", "scores_bytes", "attention scores", KEPT),
+    ("scores_softcap", "softcap_scores_bytes", "attention scores", KEPT),
+    ("adapter_act", "adapter_act_bytes", "adapter outputs", KEPT),
+    ("dora", "dora_bytes", "dora temporaries", KEPT),
+    ("dora_act", "dora_act_bytes", "dora temporaries", KEPT),
+    ("logits", "logits_bytes", "logits and gradient", LOSS),
+    ("logits_softcap", "softcap_logits_bytes", "logits and gradient", LOSS),
+    ("act_once", "act_once_bytes", "activations", BLOCK),
+    ("act_full_once", "act_full_once_bytes", "activations", BLOCK),
+    ("scores_once", "scores_once_bytes", "attention scores", BLOCK),
+    ("logits_block", "logits_bytes", "logits and gradient", BLOCK),
+    ("scores_recompute", "scores_recompute_bytes", "attention scores", BLOCK),
+)
+MOMENTS = ("loss", "block")
+
+
+def backend_features(f: dict, backend: str) -> dict:
+    if backend == "cuda" and f["tokens"] % 128 == 0 and not f["softcap"]:
+        # mlx/backend/cuda/scaled_dot_product_attention.cpp: cuDNN's fused attention
+        # and its VJP run when the query length is a multiple of 128; only a float32
+        # logsumexp per query row is kept instead of the B x H x T x T scores.
+        per_row = 4 / f["s"] / f["tokens"]
+        return {**f, "scores_bytes": int(f["scores_bytes"] * per_row), "scores_once_bytes": 0}
+    return f
+
+
+def moment_parts(f: dict, c: dict) -> dict:
+    """moment -> {part: bytes} of the backward pass's working memory."""
+    moments = {m: {} for m in MOMENTS}
+    for name, feature, part, alive in TERMS:
+        for m in alive:
+            moments[m][part] = moments[m].get(part, 0) + c[name] * f[feature]
+    return {m: {part: int(v) for part, v in parts.items()} for m, parts in moments.items()}
+
+
 def estimate(model: ModelInfo, training: TrainingConfig, backend: str = "cpu", length: int | None = None) -> Breakdown:
-    f = features(model, training, length)
+    """The peak is whichever moment of a step needs most on top of what stays
+    resident (weights and optimizer state): the loss's backward, a block's backward,
+    or the optimizer update with every gradient and the update's temporaries."""
+    f = backend_features(features(model, training, length), backend)
     c = coefficients()[backend]
     frozen = f["base_bytes"]
     if training.fine_tune_type == "full":
         # The unfrozen block weights are counted as trainable, not frozen.
         frozen -= f["trainable_bytes"]
-    logits_c = c["logits"] + (c["logits_softcap"] if f["softcap"] else 0.0)
-    scores_c = c["scores"] + (c["scores_softcap"] if f["softcap"] else 0.0)
-    if backend == "cuda" and f["tokens"] % 128 == 0 and not f["softcap"]:
-        # mlx/backend/cuda/scaled_dot_product_attention.cpp: cuDNN's fused attention
-        # and its VJP run when the query length is a multiple of 128; only a float32
-        # logsumexp per query row is kept instead of the B x H x T x T scores.
-        scores_c = 4 / f["s"] / f["tokens"]
-    parts = {
+    resident = {
         "weights (frozen)": max(frozen, 0),
         "weights (trainable)": f["trainable_bytes"],
-        "gradients": f["trainable_bytes"],
         "optimizer state": f["optimizer_bytes"],
-        "update temporaries": int(c["update"] * (f["trainable_bytes"] + f["optimizer_bytes"])),
-        "activations": int(c["act"] * f["act_bytes"]),
-        "attention scores": int(scores_c * f["scores_bytes"]),
-        "logits and gradient": int(logits_c * f["logits_bytes"]),
-        "adapter outputs": int(c["adapter_act"] * f["adapter_act_bytes"]),
-        "dora temporaries": int(c["dora"] * f["dora_bytes"] + (c["dora_act"] * f["adapter_act_bytes"] if f["dora"] else 0)),
-        # mlx/nn/utils.py average_gradients: gradients concatenated into all-reduce
-        # buffers, summed into another; both live until split back (upper bound).
-        "all-reduce buffers": 2 * f["trainable_bytes"] if training.hosts > 1 else 0,
-        "framework": int(c["fixed"]),
     }
-    return Breakdown(parts=parts, backend=backend, features=f)
+    in_flight = update_in_flight_bytes(training.optimizer, f["trainable_bytes"], f["trained_blocks"])
+    candidates = {
+        **moment_parts(f, c),
+        "update": {
+            "gradients": min(in_flight, f["trainable_bytes"]),
+            "update temporaries": max(in_flight - f["trainable_bytes"], 0),
+        },
+    }
+    phase = max(candidates, key=lambda m: sum(candidates[m].values()))
+    names = [part for _, _, part, _ in TERMS] + ["gradients", "update temporaries"]
+    parts = {**resident, **dict.fromkeys(names, 0), **candidates[phase]}
+    # mlx/nn/utils.py average_gradients: gradients concatenated into all-reduce
+    # buffers, summed into another; both live until split back (upper bound).
+    parts["all-reduce buffers"] = 2 * f["trainable_bytes"] if training.hosts > 1 else 0
+    parts["framework"] = int(c["fixed"])
+    return Breakdown(parts=parts, backend=backend, features={**f, "phase": phase})

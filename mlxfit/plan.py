@@ -69,6 +69,7 @@ class Estimate:
         if self.detailed:
             data["breakdown"] = dict(self.detailed.parts)
             data["backend"] = self.detailed.backend
+            data["peak_phase"] = self.detailed.features.get("phase")
         return data
 
 

@@ -189,7 +189,8 @@ def render_breakdowns(plan: Plan) -> None:
     console.print(legend)
     selected = plan.selected.detailed
     parts = ", ".join(f"{name} {format_size(n)}" for name, n in selected.parts.items() if n)
-    console.print(f"[dim]  your run: {parts}[/]")
+    phase = "the optimizer update" if selected.features.get("phase") == "update" else "the backward pass"
+    console.print(f"[dim]  your run peaks during {phase}: {parts}[/]")
 
 
 def render_remedies(plan: Plan) -> None:

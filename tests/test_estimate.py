@@ -100,15 +100,38 @@ def test_only_the_trained_blocks_carry_activations():
     _, info = tiny("llama")
     one = features(info, TrainingConfig(num_layers=1, batch_size=2, max_seq_length=65))
     two = features(info, TrainingConfig(num_layers=2, batch_size=2, max_seq_length=65))
-    assert two["act_h_bytes"] == 2 * one["act_h_bytes"] > 0
+    assert two["act_bytes"] == 2 * one["act_bytes"] > 0
     assert two["scores_bytes"] == 2 * one["scores_bytes"] == 2 * 2 * 4 * 64 * 64 * 2
+    # The block being differentiated needs its working set once, at any depth.
+    assert two["scores_once_bytes"] == one["scores_once_bytes"] == one["scores_bytes"]
 
 
 def test_checkpointing_keeps_block_inputs_only():
     _, info = tiny("llama")
     plain = features(info, TrainingConfig(num_layers=-1, batch_size=2, max_seq_length=129))
     gc = features(info, TrainingConfig(num_layers=-1, batch_size=2, max_seq_length=129, grad_checkpoint=True))
-    assert gc["act_i_bytes"] < plain["act_i_bytes"] and gc["scores_bytes"] < plain["scores_bytes"]
+    n, h = info.architecture.num_layers, info.architecture.hidden_size
+    assert gc["act_bytes"] * n == plain["act_bytes"] and gc["scores_bytes"] * n == plain["scores_bytes"]
+    assert gc["checkpoint_bytes"] == 2 * 128 * h * (n + 1) * 2 and plain["checkpoint_bytes"] == 0
+
+
+def test_only_fused_projections_split_their_outputs():
+    for name, fused in (("phi3", True), ("llama", False)):
+        _, info = tiny(name)
+        f = features(info, TrainingConfig(num_layers=1, batch_size=1, max_seq_length=33))
+        assert (f["split_bytes"] > 0) == fused
+        assert (f["frozen_fused_bytes"] > 0) == fused
+
+
+def test_a_wide_full_fine_tune_peaks_at_the_update():
+    """Short sequences and many trainable weights: the update, not the backward pass."""
+    _, info = tiny("llama", "float32")
+    training = TrainingConfig(fine_tune_type="full", num_layers=-1, batch_size=1, max_seq_length=8, optimizer="adafactor")
+    b = estimate(info, training, "cpu")
+    assert b.features["phase"] == "update"
+    assert b.parts["activations"] == 0
+    # Adafactor: 19 blocks' worth, capped at 1.5 times all trainable weights.
+    assert b.parts["gradients"] + b.parts["update temporaries"] == int(1.5 * b.features["trainable_bytes"])
 
 
 def test_logits_grow_with_vocabulary():

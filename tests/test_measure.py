@@ -169,3 +169,19 @@ def test_ctrl_c_stops_the_child_cleanly(tmp_path):
     assert parent.returncode == 1
     assert "interrupted" in err and "Traceback" not in err
     assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adafactor"])
+def test_the_update_phase_of_a_wide_full_fine_tune(tmp_path, optimizer):
+    """Short sequences, many trainable weights: the peak is the optimizer update's,
+    and the estimate (resident weights and state + gradients in flight) holds it."""
+    from mlxfit.estimate import estimate
+
+    config = dict(SMALL, hidden_size=256, intermediate_size=1024, num_hidden_layers=4, vocab_size=256)
+    request = small_request(tmp_path, config=config, length=16, fine_tune_type="full", optimizer=optimizer)
+    folder = tmp_path / "small"
+    predicted = estimate(from_folder(folder), TrainingConfig(
+        fine_tune_type="full", num_layers=-1, batch_size=2, max_seq_length=16, optimizer=optimizer), "cpu")
+    measured = measure(request, timeout=300)
+    assert predicted.features["phase"] == "update"
+    assert predicted.peak_bytes == pytest.approx(measured.peak_with_load_bytes, rel=0.10)
