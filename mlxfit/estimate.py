@@ -3,9 +3,11 @@
 The exact parts (weights, adapters, gradients, optimizer state) are counted from
 the architecture the way mlx-lm builds and trains it. The parts that depend on
 how MLX schedules the step (activations kept for the backward pass, attention
-scores, logits and their gradient, DoRA's temporaries) are element counts times
-coefficients measured per backend (mlxfit/data/coefficients.json, written by
-`benchmarks/accuracy.py --fit`).
+scores, logits and their gradient, DoRA's temporaries, what the optimizer update
+has in flight) are byte counts times coefficients measured per backend
+(mlxfit/data/coefficients.json, written by `benchmarks/accuracy.py --fit`). They
+are not all alive at once: the peak is the largest of three moments of a step
+(see TERMS and estimate).
 
 Notation: B batch, T tokens per example fed to the model (a padded batch of
 length N gives T = N - 1: mlx-lm's default_loss drops the last token), h hidden,
@@ -205,15 +207,17 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         inter = k * arch.intermediate_size + 2 * k * h + arch.num_experts
     else:
         inter = arch.intermediate_size
-    # What one block keeps for its backward pass, per token: the two norms'
-    # inputs and outputs and the residual stream (~6 h), q/k/v before and after
-    # RoPE (~2 qkv), the MLP's gate, up, activation and product (~4 I).
+    # One block's activations, per token: the two norms' inputs and outputs and the
+    # residual stream (~6 h), q/k/v before and after RoPE (~2 qkv), the MLP's gate,
+    # up, activation and product (~4 I). What the blocks keep is fitted per width
+    # (act_*); this weighting serves the working set of the block being differentiated.
     block_act = B * T * (ACT_H * h + ACT_QKV * qkv + ACT_I * inter) * s
     block_scores = B * arch.num_heads * T * T * s
     # Full fine-tuning also differentiates every linear's weight and the norms'. In
     # the grid, MoE full fine-tunes show no extra for their experts' MLP, so only
     # the dense widths count.
-    dense_act = B * T * (ACT_H * h + ACT_QKV * qkv + (0 if arch.is_moe else ACT_I * inter)) * s
+    dense = {"h": h, "qkv": qkv, "inter": 0 if arch.is_moe else inter}
+    dense_act = B * T * (ACT_H * h + ACT_QKV * qkv + ACT_I * dense["inter"]) * s
     fused = _fused_outputs(arch.blocks)
     # mlx_lm/tuner/trainer.py grad_checkpoint: each block keeps only its input;
     # one block at a time is recomputed with its full activations.
@@ -236,15 +240,16 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         # dora.py __call__: the adapted weight w + scale * B^T A^T (float32) of a layer.
         dora_weights = max((lin.in_features * lin.out_features for b in blocks for lin in b.linears), default=0) * 4
     linear_bytes, other_bytes = base_weight_bytes(model, training)
-    act = block_act * live_blocks
+    widths = {"h": h, "qkv": qkv, "inter": inter}
+    by_width = {f"act_{k}_bytes": B * T * w * live_blocks * s for k, w in widths.items()}
+    by_width.update({f"act_full_{k}_bytes": B * T * w * live_blocks * s if full else 0 for k, w in dense.items()})
     return {
+        **by_width,
         "s": s,
         "base_bytes": linear_bytes + other_bytes,
         "trainable_elements": _elements(trainable),
         "trainable_bytes": _elements(trainable) * param_bytes,
         "optimizer_bytes": optimizer_state_elements(training.optimizer, trainable) * param_bytes,
-        "act_bytes": act,
-        "act_full_bytes": dense_act * live_blocks if full else 0,
         "checkpoint_bytes": B * T * h * (n + 1) * s if training.grad_checkpoint and n else 0,
         "scores_bytes": block_scores * live_blocks,
         # The backward pass of the block being differentiated: its attention's
@@ -282,8 +287,12 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
 # differentiated (its attention's softmax gradient and activation gradients).
 KEPT, LOSS, BLOCK = ("loss", "block"), ("loss",), ("block",)
 TERMS = (
-    ("act", "act_bytes", "activations", KEPT),
-    ("act_full", "act_full_bytes", "activations", KEPT),
+    ("act_h", "act_h_bytes", "activations", KEPT),
+    ("act_qkv", "act_qkv_bytes", "activations", KEPT),
+    ("act_inter", "act_inter_bytes", "activations", KEPT),
+    ("act_full_h", "act_full_h_bytes", "activations", KEPT),
+    ("act_full_qkv", "act_full_qkv_bytes", "activations", KEPT),
+    ("act_full_inter", "act_full_inter_bytes", "activations", KEPT),
     ("qk_norm_full", "qk_norm_full_bytes", "activations", KEPT),
     ("checkpoint", "checkpoint_bytes", "activations", KEPT),
     ("split", "split_bytes", "activations", KEPT),

@@ -102,6 +102,11 @@ PART_STYLES = {
     "calibration": "bright_black",
 }
 STACK_WIDTH = 40
+PHASE_WORDS = {
+    "loss": "the backward pass through the loss",
+    "block": "the backward pass through the last trained block",
+    "update": "the optimizer update",
+}
 
 
 def stacked_bar(parts: dict, scale: int, usable: int, width: int = STACK_WIDTH) -> Text:
@@ -189,7 +194,7 @@ def render_breakdowns(plan: Plan) -> None:
     console.print(legend)
     selected = plan.selected.detailed
     parts = ", ".join(f"{name} {format_size(n)}" for name, n in selected.parts.items() if n)
-    phase = "the optimizer update" if selected.features.get("phase") == "update" else "the backward pass"
+    phase = PHASE_WORDS.get(selected.features.get("phase"), "the backward pass")
     console.print(f"[dim]  your run peaks during {phase}: {parts}[/]")
 
 

@@ -100,7 +100,7 @@ def test_only_the_trained_blocks_carry_activations():
     _, info = tiny("llama")
     one = features(info, TrainingConfig(num_layers=1, batch_size=2, max_seq_length=65))
     two = features(info, TrainingConfig(num_layers=2, batch_size=2, max_seq_length=65))
-    assert two["act_bytes"] == 2 * one["act_bytes"] > 0
+    assert two["act_inter_bytes"] == 2 * one["act_inter_bytes"] > 0
     assert two["scores_bytes"] == 2 * one["scores_bytes"] == 2 * 2 * 4 * 64 * 64 * 2
     # The block being differentiated needs its working set once, at any depth.
     assert two["scores_once_bytes"] == one["scores_once_bytes"] == one["scores_bytes"]
@@ -111,7 +111,7 @@ def test_checkpointing_keeps_block_inputs_only():
     plain = features(info, TrainingConfig(num_layers=-1, batch_size=2, max_seq_length=129))
     gc = features(info, TrainingConfig(num_layers=-1, batch_size=2, max_seq_length=129, grad_checkpoint=True))
     n, h = info.architecture.num_layers, info.architecture.hidden_size
-    assert gc["act_bytes"] * n == plain["act_bytes"] and gc["scores_bytes"] * n == plain["scores_bytes"]
+    assert gc["act_h_bytes"] * n == plain["act_h_bytes"] and gc["scores_bytes"] * n == plain["scores_bytes"]
     assert gc["checkpoint_bytes"] == 2 * 128 * h * (n + 1) * 2 and plain["checkpoint_bytes"] == 0
 
 
