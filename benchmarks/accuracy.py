@@ -1,10 +1,12 @@
 """How close is the detailed estimate to what mlx-lm really reaches? And the rule?
 
-Builds a fixed grid of training configurations over nine architectures (dense and
-MoE, tied and untied embeddings, small and large vocabularies, fp32 and bf16
-bases, up to Qwen2.5-0.5B), measures each with mlxfit's `--measure` path (real
-mlx-lm steps in a child process), and compares the prediction with the measured
-peak (`peak_with_load_bytes`, the figure mlx-lm's trainer reports).
+Builds a fixed grid of training configurations, 96 drawn at random over nine
+architectures (dense and MoE, tied and untied embeddings, small and large
+vocabularies, fp32 and bf16 bases, up to Qwen2.5-0.5B) and 28 targeted at what
+the draw rarely reaches (attention-bound, fused projections, update-bound),
+measures each with mlxfit's `--measure` path (real mlx-lm steps in a child
+process), and compares the prediction with the measured peak
+(`peak_with_load_bytes`, the figure mlx-lm's trainer reports).
 
     python benchmarks/accuracy.py            # measure what is missing, report
     python benchmarks/accuracy.py --fit      # also refit the CPU coefficients
