@@ -1,6 +1,6 @@
 """How close is the detailed estimate to what mlx-lm really reaches? And the rule?
 
-Builds a fixed grid of training configurations, 96 drawn at random over nine
+Builds a fixed grid of training configurations, 120 drawn at random over nine
 architectures (dense and MoE, tied and untied embeddings, small and large
 vocabularies, fp32 and bf16 bases, up to Qwen2.5-0.5B) and 28 targeted at what
 the draw rarely reaches (attention-bound, fused projections, update-bound),
@@ -14,7 +14,8 @@ process), and compares the prediction with the measured peak
 Measurements are cached in benchmarks/results/accuracy_measurements.jsonl (one
 line per configuration), so a re-run only measures what is new. Coefficients are
 fitted on two thirds of the grid and the error is reported separately on the
-held-out third (`held_out`: a third of every architecture's configurations).
+held-out third (`subset`: a third of every architecture's configurations) and
+on 24 fresh random configurations drawn after the fit.
 """
 
 from __future__ import annotations
@@ -92,9 +93,14 @@ def targeted(start: int) -> list[dict]:
     ]
 
 
-def grid(size: int = 96, seed: int = 7) -> list[dict]:
+RANDOM_FITTED = 96  # random draws that the fit and its held-out third come from
+FRESH = 24  # later draws, measured after the coefficients were fixed: never fitted
+
+
+def grid(seed: int = 7) -> list[dict]:
     """A deterministic random grid (every knob of the issue appears across it),
     then the targeted configurations."""
+    size = RANDOM_FITTED + FRESH
     return random_grid(size, seed) + targeted(size)
 
 
@@ -143,12 +149,14 @@ def random_grid(size: int, seed: int) -> list[dict]:
     return specs
 
 
-def held_out(spec: dict) -> bool:
-    """Every third configuration of each architecture (the random grid cycles
-    through them), so that each architecture is both fitted and tested."""
+def subset(spec: dict) -> str:
+    """"fit", "held-out" (every third configuration of each architecture, which
+    the random grid cycles through, so each is both fitted and tested) or "fresh"."""
     if spec.get("targeted"):
-        return spec["index"] % 3 == 0
-    return (spec["index"] // (len(ARCHS) - len(SMALL_VOCAB))) % 3 == 0
+        return "held-out" if spec["index"] % 3 == 0 else "fit"
+    if spec["index"] >= RANDOM_FITTED:
+        return "fresh"
+    return "held-out" if (spec["index"] // (len(ARCHS) - len(SMALL_VOCAB))) % 3 == 0 else "fit"
 
 
 def spec_key(spec: dict) -> str:
@@ -286,7 +294,7 @@ def report(rows: list[dict]) -> list[dict]:
         rule = rule_bytes(method, model.params)
         table.append({
             **{k: spec[k] for k in ("index", "arch", "dtype", "method", "batch_size", "max_seq_length", "rank", "num_layers", "grad_checkpoint", "optimizer")},
-            "set": "held-out" if held_out(spec) else "fit",
+            "set": subset(spec),
             "measured_bytes": measured,
             "predicted_bytes": predicted,
             "error_pct": round(100 * (predicted - measured) / measured, 2),
@@ -325,8 +333,11 @@ def write(table: list[dict], coefficients: dict) -> str:
         "| set | n | median abs error | worst abs error | worst underestimate |",
         "|---|---|---|---|---|",
     ]
-    for label, subset in (("all", table), ("fit", [r for r in table if r["set"] == "fit"]), ("held-out", [r for r in table if r["set"] == "held-out"])):
-        s = summarize(subset, "error_pct")
+    sets = [("all", table)] + [(name, [r for r in table if r["set"] == name]) for name in ("fit", "held-out", "fresh")]
+    for label, rows in sets:
+        if not rows:
+            continue
+        s = summarize(rows, "error_pct")
         lines.append(f"| detailed, {label} | {s['n']} | {s['median_abs']}% | {s['worst_abs']}% | {s['worst_under']}% |")
     s = summarize(table, "rule_error_pct")
     lines.append(f"| rule of thumb, all | {s['n']} | {s['median_abs']}% | {s['worst_abs']}% | {s['worst_under']}% |")
@@ -347,11 +358,10 @@ def write(table: list[dict], coefficients: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="refit the CPU coefficients on the fit set")
-    parser.add_argument("--size", type=int, default=96, help="configurations in the random part of the grid")
     parser.add_argument("--no-measure", action="store_true", help="report from the cache only")
     args = parser.parse_args()
 
-    specs = grid(args.size)
+    specs = grid()
     cache = load_cache()
     if not args.no_measure:
         measure_missing(specs, cache)
@@ -360,7 +370,7 @@ def main() -> None:
     failed = [r for k, r in cache.items() if k in keys and "failed" in r]
     coefficients = json.loads(COEFFICIENTS.read_text())
     if args.fit:
-        coefficients["cpu"] = fit([r for r in rows if not held_out(r["spec"])])
+        coefficients["cpu"] = fit([r for r in rows if subset(r["spec"]) == "fit"])
         coefficients["metal"] = coefficients["cuda"] = derive_gpu(coefficients["cpu"])
         COEFFICIENTS.write_text(json.dumps(coefficients, indent=2) + "\n")
         from mlxfit import estimate as estimate_module
