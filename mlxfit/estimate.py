@@ -348,18 +348,18 @@ def estimate(model: ModelInfo, training: TrainingConfig, backend: str = "cpu", l
         "optimizer state": f["optimizer_bytes"],
     }
     in_flight = update_in_flight_bytes(training.optimizer, f["trainable_bytes"], f["trained_blocks"])
-    candidates = {
-        **moment_parts(f, c),
-        "update": {
-            "gradients": min(in_flight, f["trainable_bytes"]),
-            "update temporaries": max(in_flight - f["trainable_bytes"], 0),
-        },
-    }
+    update = {}
+    if training.hosts > 1:
+        # mlx/nn/utils.py average_gradients: every gradient exists before any update
+        # runs; they are concatenated into all-reduce buffers and summed into
+        # another, both alive until split back (upper bound).
+        in_flight = max(in_flight, f["trainable_bytes"])
+        update["all-reduce buffers"] = 2 * f["trainable_bytes"]
+    update["gradients"] = min(in_flight, f["trainable_bytes"])
+    update["update temporaries"] = max(in_flight - f["trainable_bytes"], 0)
+    candidates = {**moment_parts(f, c), "update": update}
     phase = max(candidates, key=lambda m: sum(candidates[m].values()))
-    names = [part for _, _, part, _ in TERMS] + ["gradients", "update temporaries"]
+    names = [part for _, _, part, _ in TERMS] + ["gradients", "update temporaries", "all-reduce buffers"]
     parts = {**resident, **dict.fromkeys(names, 0), **candidates[phase]}
-    # mlx/nn/utils.py average_gradients: gradients concatenated into all-reduce
-    # buffers, summed into another; both live until split back (upper bound).
-    parts["all-reduce buffers"] = 2 * f["trainable_bytes"] if training.hosts > 1 else 0
     parts["framework"] = int(c["fixed"])
     return Breakdown(parts=parts, backend=backend, features={**f, "phase": phase})
