@@ -365,9 +365,10 @@ def main() -> None:
     cache = load_cache()
     if not args.no_measure:
         measure_missing(specs, cache)
-    keys = {spec_key(s) for s in specs}
-    rows = [r for k, r in cache.items() if k in keys and "measured" in r]
-    failed = [r for k, r in cache.items() if k in keys and "failed" in r]
+    # A cached row keeps the index it was measured under; report the grid's.
+    by_key = {spec_key(s): s for s in specs}
+    rows = [{**r, "spec": by_key[k]} for k, r in cache.items() if k in by_key and "measured" in r]
+    failed = [{**r, "spec": by_key[k]} for k, r in cache.items() if k in by_key and "failed" in r]
     coefficients = json.loads(COEFFICIENTS.read_text())
     if args.fit:
         coefficients["cpu"] = fit([r for r in rows if subset(r["spec"]) == "fit"])
