@@ -65,6 +65,7 @@ SMALL_VOCAB = {"qwen3-1k-2l": ("qwen3-16k", {"vocab_size": 1024, "num_hidden_lay
                "qwen3-1k-6l": ("qwen3-16k", {"vocab_size": 1024}),
                "llama-as-phi3": ("phi3-8k", {"model_type": "llama"}),
                "llama-wide-1k": ("llama-tied-8k", {"hidden_size": 512, "intermediate_size": 2048, "vocab_size": 1024})}
+RANDOM_ARCHS = list(ARCHS)  # the architectures the random grid cycles through
 ARCHS.update({name: dict(ARCHS[base], **change) for name, (base, change) in SMALL_VOCAB.items()})
 _TARGETED = [
     ("phi3-8k", "lora", 1, 512, 4, "adafactor", False), ("llama-as-phi3", "lora", 1, 512, 4, "adafactor", False),
@@ -113,7 +114,7 @@ def grid(seed: int = 7) -> list[dict]:
 
 def random_grid(size: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
-    names = [name for name in ARCHS if name not in SMALL_VOCAB]
+    names = RANDOM_ARCHS
     specs = []
     for i in range(size):
         arch = names[i % len(names)]
@@ -166,7 +167,7 @@ def subset(spec: dict) -> str:
         return "held-out" if spec["index"] % 3 == 0 else "fit"
     if spec["index"] >= RANDOM_FITTED:
         return "fresh"
-    return "held-out" if (spec["index"] // (len(ARCHS) - len(SMALL_VOCAB))) % 3 == 0 else "fit"
+    return "held-out" if (spec["index"] // len(RANDOM_ARCHS)) % 3 == 0 else "fit"
 
 
 def spec_key(spec: dict) -> str:

@@ -207,17 +207,22 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         inter = k * arch.intermediate_size + 2 * k * h + arch.num_experts
     else:
         inter = arch.intermediate_size
-    # One block's activations, per token: the two norms' inputs and outputs and the
-    # residual stream (~6 h), q/k/v before and after RoPE (~2 qkv), the MLP's gate,
-    # up, activation and product (~4 I). What the blocks keep is fitted per width
-    # (act_*); this weighting serves the working set of the block being differentiated.
-    block_act = B * T * (ACT_H * h + ACT_QKV * qkv + ACT_I * inter) * s
-    block_scores = B * arch.num_heads * T * T * s
+    widths = {"h": h, "qkv": qkv, "inter": inter}
     # Full fine-tuning also differentiates every linear's weight and the norms'. In
     # the grid, MoE full fine-tunes show no extra for their experts' MLP, so only
     # the dense widths count.
-    dense = {"h": h, "qkv": qkv, "inter": 0 if arch.is_moe else inter}
-    dense_act = B * T * (ACT_H * h + ACT_QKV * qkv + ACT_I * dense["inter"]) * s
+    dense = {**widths, "inter": 0 if arch.is_moe else inter}
+
+    def one_block(w: dict) -> int:
+        # One block's activations, per token: the two norms' inputs and outputs and
+        # the residual stream (~6 h), q/k/v before and after RoPE (~2 qkv), the MLP's
+        # gate, up, activation and product (~4 I). What the blocks keep is fitted per
+        # width (act_*); this weighting serves the working set of the block being
+        # differentiated.
+        return B * T * (ACT_H * w["h"] + ACT_QKV * w["qkv"] + ACT_I * w["inter"]) * s
+
+    block_act, dense_act = one_block(widths), one_block(dense)
+    block_scores = B * arch.num_heads * T * T * s
     fused = _fused_outputs(arch.blocks)
     # mlx_lm/tuner/trainer.py grad_checkpoint: each block keeps only its input;
     # one block at a time is recomputed with its full activations.
@@ -240,7 +245,6 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         # dora.py __call__: the adapted weight w + scale * B^T A^T (float32) of a layer.
         dora_weights = max((lin.in_features * lin.out_features for b in blocks for lin in b.linears), default=0) * 4
     linear_bytes, other_bytes = base_weight_bytes(model, training)
-    widths = {"h": h, "qkv": qkv, "inter": inter}
     by_width = {f"act_{k}_bytes": B * T * w * live_blocks * s for k, w in widths.items()}
     by_width.update({f"act_full_{k}_bytes": B * T * w * live_blocks * s if full else 0 for k, w in dense.items()})
     return {

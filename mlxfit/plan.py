@@ -67,9 +67,7 @@ class Estimate:
             "basis": "detailed" if self.detailed else "rule",
         }
         if self.detailed:
-            data["breakdown"] = dict(self.detailed.parts)
-            data["backend"] = self.detailed.backend
-            data["peak_phase"] = self.detailed.features.get("phase")
+            data.update(self.detailed.to_dict())  # breakdown, backend, peak_phase
         return data
 
 
