@@ -1,21 +1,37 @@
-"""A transformer's shape, read from a Hugging Face config.json, as mlx-lm builds it.
+"""A model's shape as the estimator needs it, read from mlx-lm's own model.
 
-Each supported `model_type` maps to a builder that lists, per block, the linear
-layers mlx-lm creates (with their paths inside the block, so LoRA and quantization
-can be reasoned about later) and the norm parameters. Counts must equal
-`tree_flatten(model.parameters())` of the mlx-lm model built from the same config
-(tests/test_architecture.py checks every builder against the real model).
+The model is built lazily (mlxfit/lazy_model.py); this module walks its module
+tree once and keeps, per block, the linear layers (path, sizes, bias, experts),
+the attention geometry, the MLP and expert widths and the kind of block (full
+or sliding-window softmax attention, multi-head latent attention, linear
+attention, or a state-space / convolution mixer). Nothing here is a per-type
+table: a new mlx-lm model file is sized the day it is installed.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Callable
 
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+from . import lazy_model
 from .errors import MlxfitError
+from .lazy_model import text_config
+from .mlx_lm_modules import MODEL_REMAPPING, installed_model_types
 
-# mlx_lm/utils.py: MODEL_REMAPPING (only the entries whose target we model).
-MODEL_TYPE_ALIASES = {"mistral": "llama"}
+# Kinds of block the fitted terms were measured on (benchmarks/accuracy.py).
+MEASURED_KINDS = ("attention",)
+# Families whose sliding-window attention the accuracy grid measured.
+MEASURED_SLIDING_TYPES = ("gemma2", "gemma3", "gemma3_text")
+_ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
+_OUTPUT_NAMES = ("o_proj", "out_proj", "dense", "wo", "c_proj", "o")
+_TOPK_NAMES = ("num_experts_per_tok", "top_k", "n_activated_experts", "moe_topk", "num_selected_experts", "experts_per_token")
+_HEAD_NAMES = ("n_heads", "num_heads", "num_attention_heads", "n_head")
+_KV_NAMES = ("n_kv_heads", "num_key_value_heads", "num_kv_heads", "n_kv_head")
+_LINEAR_MIXERS = ("gateddelta", "linearattention", "lightning", "deltanet", "kimidelta", "shortconv", "conv")
+_SSM_MIXERS = ("mamba", "ssm", "rwkv", "rglru", "recurrent", "mixer")
 
 
 @dataclass(frozen=True)
@@ -30,52 +46,92 @@ class Linear:
 
     @property
     def params(self) -> int:
-        per_expert = self.in_features * self.out_features
-        if self.bias:
-            per_expert += self.out_features
+        per_expert = self.in_features * self.out_features + (self.out_features if self.bias else 0)
         return self.experts * per_expert
 
 
 @dataclass(frozen=True)
 class Block:
     linears: tuple[Linear, ...]
-    norm_params: int
+    norm_params: int  # every parameter outside the linear layers (norms, convolutions, ...)
+    kind: str = "attention"  # attention | sliding | mla | linear | ssm
+    heads: int = 0  # softmax attention heads (0: no T x T scores)
+    kv_heads: int = 0
+    head_dim: int = 0
+    qkv: int = 0  # width of the attention's input projections
+    intermediate: int = 0  # width of the dense MLP (and shared experts)
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate: int = 0
+    qk_norm: bool = False
 
     @property
     def params(self) -> int:
         return sum(l.params for l in self.linears) + self.norm_params
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 1
 
 
 @dataclass(frozen=True)
 class Architecture:
     model_type: str
     hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
     vocab_size: int
     tied_embeddings: bool
     blocks: tuple[Block, ...]
-    final_norm_params: int
-    num_experts: int = 0
-    experts_per_token: int = 0
+    embedding_params: int
+    lm_head_params: int
+    other_params: int  # final norm and anything else outside the blocks
+    softcap: bool = False  # gemma2: tanh capping of scores and logits
 
     @property
     def num_layers(self) -> int:
         return len(self.blocks)
 
-    @property
-    def embedding_params(self) -> int:
-        return self.vocab_size * self.hidden_size
+    def _typical(self, name: str) -> int:
+        values = [getattr(b, name) for b in self.blocks if getattr(b, name)]
+        return max(set(values), key=values.count) if values else 0
 
     @property
-    def lm_head_params(self) -> int:
-        return 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+    def num_heads(self) -> int:
+        return self._typical("heads")
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self._typical("kv_heads")
+
+    @property
+    def head_dim(self) -> int:
+        return self._typical("head_dim")
+
+    @property
+    def intermediate_size(self) -> int:
+        return self._typical("expert_intermediate") or self._typical("intermediate")
+
+    @property
+    def num_experts(self) -> int:
+        return max((b.experts for b in self.blocks), default=0)
+
+    @property
+    def experts_per_token(self) -> int:
+        return max((b.experts_per_token for b in self.blocks), default=0)
 
     @property
     def is_moe(self) -> bool:
-        return self.num_experts > 0
+        return self.num_experts > 1
+
+    @property
+    def kinds(self) -> list[str]:
+        return sorted({b.kind for b in self.blocks})
+
+    def unmeasured_kinds(self) -> list[str]:
+        """Block kinds the fitted terms were never measured on, for this family."""
+        measured = set(MEASURED_KINDS)
+        if self.model_type in MEASURED_SLIDING_TYPES:
+            measured.add("sliding")
+        return [k for k in self.kinds if k not in measured]
 
     @property
     def params(self) -> int:
@@ -86,7 +142,7 @@ class Architecture:
         attention = mlp = norms = 0
         for block in self.blocks:
             for linear in block.linears:
-                if linear.path.startswith(("self_attn.", "attn.")):
+                if linear.path.split(".")[0] in _ATTENTION_NAMES + ("linear_attn", "mixer", "conv", "mamba"):
                     attention += linear.params
                 else:
                     mlp += linear.params
@@ -95,242 +151,178 @@ class Architecture:
             "embedding": self.embedding_params,
             "attention": attention,
             "mlp": mlp,
-            "norms": norms + self.final_norm_params,
+            "norms": norms + self.other_params,
             "lm_head": self.lm_head_params,
         }
 
 
-def _require(config: dict, *keys: str) -> None:
-    missing = [k for k in keys if config.get(k) is None]
-    if missing:
-        raise MlxfitError(
-            f"config.json for model_type {config.get('model_type')!r} is missing "
-            + ", ".join(repr(k) for k in missing)
-        )
+def _dims(module: nn.Module) -> tuple[int, int, int]:
+    """(in, out, experts) of a Linear, QuantizedLinear or (Quantized)SwitchLinear."""
+    w = module["weight"]
+    bits = getattr(module, "bits", None)
+    if w.ndim == 3:
+        experts, out, packed = w.shape
+    else:
+        experts, (out, packed) = 1, w.shape
+    n_in = packed * 32 // bits if bits else packed
+    return n_in, out, experts
 
 
-def _attention(h: int, heads: int, kv: int, d: int, qkv_bias=False, o_bias=False):
-    return (
-        Linear("self_attn.q_proj", h, heads * d, qkv_bias),
-        Linear("self_attn.k_proj", h, kv * d, qkv_bias),
-        Linear("self_attn.v_proj", h, kv * d, qkv_bias),
-        Linear("self_attn.o_proj", heads * d, h, o_bias),
+def _is_linear(module: nn.Module) -> bool:
+    name = type(module).__name__
+    return isinstance(module, (nn.Linear, nn.QuantizedLinear)) or name in ("SwitchLinear", "QuantizedSwitchLinear")
+
+
+def _int_attr(module: nn.Module, names) -> int:
+    for name in names:
+        value = getattr(module, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def _attention(block: nn.Module) -> tuple[str, nn.Module] | tuple[None, None]:
+    """The block's softmax attention (the first, where a block holds a list)."""
+    modules = dict(block.named_modules())
+    for name in _ATTENTION_NAMES:
+        for path in (name, f"{name}.0"):
+            if path in modules:
+                return name, modules[path]
+    return None, None
+
+
+def _kind(block: nn.Module, index: int, config: dict) -> str:
+    classes = " ".join(type(m).__name__.lower() for _, m in block.named_modules())
+    paths = {k.split(".")[0] for k, _ in block.named_modules() if k}
+    _, attention = _attention(block)
+    if attention is None:
+        if "linear_attn" in paths or any(k in classes for k in _LINEAR_MIXERS):
+            return "linear"
+        if any(k in classes for k in _SSM_MIXERS):
+            return "ssm"
+    if attention is not None and ("kv_a_proj_with_mqa" in dict(attention.named_modules()) or hasattr(attention, "kv_lora_rank")):
+        return "mla"
+    layer_types = config.get("layer_types")
+    if isinstance(layer_types, list) and index < len(layer_types) and "sliding" in str(layer_types[index]):
+        return "sliding"
+    for m in (block, attention):
+        if m is not None and any(getattr(m, a, False) is True for a in ("is_sliding", "use_sliding", "is_local")):
+            return "sliding"
+    return "attention" if attention is not None else "ssm"
+
+
+def _block(block: nn.Module, index: int, config: dict, hidden: int) -> Block:
+    linears, inside = [], 0
+    for path, module in block.named_modules():
+        if path and _is_linear(module):
+            n_in, n_out, experts = _dims(module)
+            linears.append(Linear(path, n_in, n_out, "bias" in module, experts))
+            inside += sum(p.size for _, p in tree_flatten(module.parameters()))
+    total = sum(p.size for _, p in tree_flatten(block.parameters()))
+    kind = _kind(block, index, config)
+    name, attention = _attention(block)
+    heads = kv = head_dim = qkv = 0
+    qk_norm = False
+    if attention is not None and kind in ("attention", "sliding", "mla"):
+        heads = _int_attr(attention, _HEAD_NAMES) or int(config.get("num_attention_heads") or 0)
+        kv = _int_attr(attention, _KV_NAMES) or int(config.get("num_key_value_heads") or heads)
+        prefix = name + "."
+        inputs = [l for l in linears if l.path.startswith(prefix) and l.in_features == hidden
+                  and l.path.split(".")[-1] not in _OUTPUT_NAMES]
+        qkv = sum(l.out_features for l in inputs)
+        q_out = next((l.out_features for l in inputs if l.path.endswith("q_proj")), 0)
+        head_dim = (_int_attr(attention, ("head_dim", "head_size")) or (q_out // heads if q_out and heads else 0)
+                    or int(config.get("head_dim") or 0) or (hidden // heads if heads else 0))
+        qk_norm = "q_norm" in attention and "k_norm" in attention
+    experts = max((l.experts for l in linears), default=1)
+    expert_down = [l for l in linears if l.experts > 1 and l.out_features == hidden]
+    dense_down = [l for l in linears if l.experts == 1 and l.out_features == hidden and not l.path.startswith(tuple(
+        n + "." for n in _ATTENTION_NAMES + ("linear_attn", "mixer"))) and l.in_features != hidden]
+    topk = 0
+    if experts > 1:
+        topk = next((v for _, m in block.named_modules() if (v := _int_attr(m, _TOPK_NAMES))), 0)
+        topk = topk or int(text_config(config).get("num_experts_per_tok") or 2)
+    return Block(
+        linears=tuple(linears),
+        # Non-linear parameters (norms, convolutions, biases of custom layers);
+        # `inside` counts what the linears hold besides weight and bias (scales).
+        norm_params=total - inside,
+        kind=kind,
+        heads=heads,
+        kv_heads=kv,
+        head_dim=head_dim,
+        qkv=qkv,
+        intermediate=sum(l.in_features for l in dense_down),
+        experts=experts if experts > 1 else 0,
+        experts_per_token=topk,
+        expert_intermediate=max((l.in_features for l in expert_down), default=0),
+        qk_norm=qk_norm,
     )
 
 
-def _glu(h: int, inter: int, prefix="mlp.", bias=False, experts=1):
-    return (
-        Linear(prefix + "gate_proj", h, inter, bias, experts),
-        Linear(prefix + "up_proj", h, inter, bias, experts),
-        Linear(prefix + "down_proj", inter, h, bias, experts),
-    )
+_EMBEDDING_NAMES = ("embed_tokens", "wte", "tok_embeddings", "word_embeddings", "embedding", "embeddings")
 
 
-def _common(config: dict) -> dict:
-    _require(
-        config,
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "vocab_size",
-    )
-    heads = config["num_attention_heads"]
-    return {
-        "h": config["hidden_size"],
-        "L": config["num_hidden_layers"],
-        "heads": heads,
-        "kv": config.get("num_key_value_heads") or heads,
-        "V": config["vocab_size"],
-    }
+def _outside_blocks(model: nn.Module, kind) -> list[tuple[str, nn.Module]]:
+    return [(k, m) for k, m in model.named_modules() if kind(m) and ".layers." not in f".{k}."]
 
 
-def _dense(model_type, c, d, inter, linears, norm_params, tied, **extra):
-    blocks = tuple(Block(linears, norm_params) for _ in range(c["L"]))
+def _token_embedding(embeddings) -> tuple[str, nn.Module] | None:
+    """The token embedding: by its usual name, else the one with most rows."""
+    named = [e for e in embeddings if e[0].split(".")[-1] in _EMBEDDING_NAMES[:3]]
+    pool = named or embeddings
+    return max(pool, key=lambda e: e[1]["weight"].shape[0]) if pool else None
+
+
+def _rows_cols(module: nn.Module) -> tuple[int, int]:
+    """(rows, columns) of an embedding or a linear's weight, unpacked."""
+    w = module["weight"]
+    bits = getattr(module, "bits", None)
+    return w.shape[-2], w.shape[-1] * 32 // bits if bits else w.shape[-1]
+
+
+def from_model(model: nn.Module, config: dict) -> Architecture:
+    inner = text_config(config)
+    layers = model.layers
+    embeddings = _outside_blocks(model, lambda m: isinstance(m, (nn.Embedding, nn.QuantizedEmbedding)))
+    token = _token_embedding(embeddings)
+    if token is None:
+        raise lazy_model.NotSizable(f"mlx-lm's {config.get('model_type')!r} model has no token embedding")
+    vocab, hidden = _rows_cols(token[1])
+    heads = [(k, m) for k, m in _outside_blocks(model, _is_linear) if k.split(".")[-1] == "lm_head"]
+    blocks = tuple(_block(layer, i, inner, hidden) for i, layer in enumerate(layers))
+    block_ids = {id(p) for layer in layers for _, p in tree_flatten(layer.parameters())}
+    outside = {k: v for k, v in tree_flatten(model.parameters()) if id(v) not in block_ids}
+    # Embeddings and heads count their weights' elements; quantized scales and
+    # biases are storage, not parameters. A head's own bias is a parameter.
+    counted = {f"{k}.{name}" for k, _ in embeddings for name in ("weight", "scales", "biases")}
+    counted |= {f"{k}.{name}" for k, _ in heads for name in ("weight", "scales", "biases")}
     return Architecture(
-        model_type=model_type,
-        hidden_size=c["h"],
-        num_heads=c["heads"],
-        num_kv_heads=c["kv"],
-        head_dim=d,
-        intermediate_size=inter,
-        vocab_size=c["V"],
-        tied_embeddings=tied,
+        model_type=inner.get("model_type") or config["model_type"],
+        hidden_size=hidden,
+        vocab_size=vocab,
+        tied_embeddings=not heads,
         blocks=blocks,
-        final_norm_params=c["h"],
-        **extra,
+        embedding_params=sum(math.prod(_rows_cols(m)) for _, m in embeddings),
+        lm_head_params=sum(math.prod(_rows_cols(m)) for _, m in heads),
+        other_params=sum(v.size for k, v in outside.items() if k not in counted),
+        softcap=_softcap(model, inner),
     )
 
 
-def _llama(config: dict) -> Architecture:
-    # mlx_lm/models/llama.py: head_dim from config or hidden/heads; biases by flag.
-    c = _common(config)
-    _require(config, "intermediate_size")
-    d = config.get("head_dim") or c["h"] // c["heads"]
-    inter = config["intermediate_size"]
-    attn_bias = bool(config.get("attention_bias", False))
-    linears = _attention(c["h"], c["heads"], c["kv"], d, attn_bias, attn_bias)
-    linears += _glu(c["h"], inter, bias=bool(config.get("mlp_bias", False)))
-    tied = config.get("tie_word_embeddings", True)
-    return _dense("llama", c, d, inter, linears, 2 * c["h"], tied)
-
-
-def _qwen2(config: dict) -> Architecture:
-    # mlx_lm/models/qwen2.py: q/k/v carry a bias, o does not; head_dim = hidden/heads.
-    c = _common(config)
-    _require(config, "intermediate_size")
-    d = c["h"] // c["heads"]
-    inter = config["intermediate_size"]
-    linears = _attention(c["h"], c["heads"], c["kv"], d, qkv_bias=True)
-    linears += _glu(c["h"], inter)
-    tied = config.get("tie_word_embeddings", True)
-    return _dense("qwen2", c, d, inter, linears, 2 * c["h"], tied)
-
-
-def _qwen3(config: dict) -> Architecture:
-    # mlx_lm/models/qwen3.py: q_norm and k_norm of head_dim in every block.
-    c = _common(config)
-    _require(config, "intermediate_size", "head_dim")
-    d = config["head_dim"]
-    inter = config["intermediate_size"]
-    linears = _attention(c["h"], c["heads"], c["kv"], d) + _glu(c["h"], inter)
-    tied = bool(config.get("tie_word_embeddings", False))
-    return _dense("qwen3", c, d, inter, linears, 2 * c["h"] + 2 * d, tied)
-
-
-def _gemma(model_type: str, qk_norm: bool) -> Callable[[dict], Architecture]:
-    # mlx_lm/models/gemma2.py, gemma3_text.py: four norms per block, the output
-    # projection is always the embedding (gemma3_text drops lm_head in sanitize
-    # when the checkpoint has none, as every Gemma 3 checkpoint does).
-    def build(config: dict) -> Architecture:
-        c = _common(config)
-        _require(config, "intermediate_size", "head_dim")
-        d = config["head_dim"]
-        inter = config["intermediate_size"]
-        linears = _attention(c["h"], c["heads"], c["kv"], d) + _glu(c["h"], inter)
-        norms = 4 * c["h"] + (2 * d if qk_norm else 0)
-        return _dense(model_type, c, d, inter, linears, norms, True)
-
-    return build
-
-
-def _phi3(config: dict) -> Architecture:
-    # mlx_lm/models/phi3.py: fused qkv_proj and gate_up_proj, no biases.
-    c = _common(config)
-    _require(config, "intermediate_size")
-    d = c["h"] // c["heads"]
-    inter = config["intermediate_size"]
-    linears = (
-        Linear("self_attn.qkv_proj", c["h"], (c["heads"] + 2 * c["kv"]) * d),
-        Linear("self_attn.o_proj", c["heads"] * d, c["h"]),
-        Linear("mlp.gate_up_proj", c["h"], 2 * inter),
-        Linear("mlp.down_proj", inter, c["h"]),
-    )
-    tied = bool(config.get("tie_word_embeddings", False))
-    return _dense("phi3", c, d, inter, linears, 2 * c["h"], tied)
-
-
-def _mixtral(config: dict) -> Architecture:
-    # mlx_lm/models/mixtral.py: router `gate` plus SwitchGLU experts in every block.
-    c = _common(config)
-    d = c["h"] // c["heads"]
-    inter = config.get("intermediate_size", 14336)
-    experts = config.get("num_local_experts", 8)
-    linears = _attention(c["h"], c["heads"], c["kv"], d)
-    linears += (Linear("block_sparse_moe.gate", c["h"], experts),)
-    linears += _glu(c["h"], inter, "block_sparse_moe.switch_mlp.", experts=experts)
-    tied = bool(config.get("tie_word_embeddings", False))
-    return _dense(
-        "mixtral", c, d, inter, linears, 2 * c["h"], tied,
-        num_experts=experts,
-        experts_per_token=config.get("num_experts_per_tok", 2),
-    )
-
-
-def _qwen3_moe(config: dict) -> Architecture:
-    # mlx_lm/models/qwen3_moe.py: a block is sparse unless listed in mlp_only_layers
-    # or off the decoder_sparse_step grid; dense blocks use intermediate_size.
-    c = _common(config)
-    _require(config, "num_experts", "moe_intermediate_size", "intermediate_size")
-    d = config.get("head_dim") or c["h"] // c["heads"]
-    experts = config["num_experts"]
-    step = config.get("decoder_sparse_step", 1)
-    dense_only = set(config.get("mlp_only_layers") or [])
-    attention = _attention(c["h"], c["heads"], c["kv"], d)
-    sparse = attention + (Linear("mlp.gate", c["h"], experts),) + _glu(
-        c["h"], config["moe_intermediate_size"], "mlp.switch_mlp.", experts=experts
-    )
-    dense = attention + _glu(c["h"], config["intermediate_size"])
-    norms = 2 * c["h"] + 2 * d
-    blocks = tuple(
-        Block(
-            sparse
-            if i not in dense_only and experts > 0 and (i + 1) % step == 0
-            else dense,
-            norms,
-        )
-        for i in range(c["L"])
-    )
-    return Architecture(
-        model_type="qwen3_moe",
-        hidden_size=c["h"],
-        num_heads=c["heads"],
-        num_kv_heads=c["kv"],
-        head_dim=d,
-        intermediate_size=config["moe_intermediate_size"],
-        vocab_size=c["V"],
-        tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-        blocks=blocks,
-        final_norm_params=c["h"],
-        num_experts=experts,
-        experts_per_token=config.get("num_experts_per_tok", 8),
-    )
-
-
-BUILDERS: dict[str, Callable[[dict], Architecture]] = {
-    "llama": _llama,
-    "qwen2": _qwen2,
-    "qwen3": _qwen3,
-    "qwen3_moe": _qwen3_moe,
-    "gemma2": _gemma("gemma2", qk_norm=False),
-    "gemma3_text": _gemma("gemma3_text", qk_norm=True),
-    "phi3": _phi3,
-    "mixtral": _mixtral,
-}
-
-
-def text_config(config: dict) -> dict:
-    """The language model's config: multimodal Gemma 3 nests it in `text_config`.
-
-    mlx_lm/models/gemma3.py trains only the language model and sets its
-    vocab_size from the outer config (default 262208).
-    """
-    if config.get("model_type") == "gemma3" and isinstance(config.get("text_config"), dict):
-        inner = dict(config["text_config"])
-        inner["model_type"] = "gemma3_text"
-        inner["vocab_size"] = config.get("vocab_size", 262208)
-        inner.setdefault("num_attention_heads", 8)
-        inner.setdefault("num_key_value_heads", 4)
-        return inner
-    return config
+def _softcap(model: nn.Module, config: dict) -> bool:
+    """gemma2-style tanh capping of scores or logits, by the model's own arguments."""
+    names = ("attn_logit_softcapping", "final_logit_softcapping")
+    args = getattr(model, "args", None) or getattr(getattr(model, "language_model", None), "args", None)
+    return any(getattr(args, n, None) or config.get(n) for n in names)
 
 
 def supported_model_types() -> list[str]:
-    return sorted(set(BUILDERS) | set(MODEL_TYPE_ALIASES) | {"gemma3"})
+    return sorted(set(installed_model_types()) | set(MODEL_REMAPPING))
 
 
 def architecture_from_config(config: dict) -> Architecture:
-    """Raises MlxfitError for a model_type mlxfit cannot size."""
-    config = text_config(config)
-    model_type = config.get("model_type")
-    if not model_type:
-        raise MlxfitError("config.json has no 'model_type'")
-    builder = BUILDERS.get(MODEL_TYPE_ALIASES.get(model_type, model_type))
-    if builder is None:
-        raise MlxfitError(
-            f"model_type {model_type!r} is not supported yet "
-            f"(supported: {', '.join(supported_model_types())})"
-        )
-    try:
-        return builder(config)
-    except (TypeError, ValueError, ZeroDivisionError) as e:
-        raise MlxfitError(f"config.json for {model_type!r} has unusable values: {e}") from e
+    """Raises MlxfitError (lazy_model.UnknownModelType for a model_type the
+    installed mlx-lm has no model for)."""
+    lazy_model.check_config(config)
+    return from_model(lazy_model.base_model(config), config)

@@ -112,12 +112,10 @@ def prepare_for_training(model: nn.Module, training: TrainingConfig) -> None:
             layer.unfreeze()
     else:
         try:
-            linear_to_lora_layers(
-                model,
-                num_layers,
-                {"rank": training.rank, "scale": training.scale, "dropout": training.dropout},
-                use_dora=(training.fine_tune_type == "dora"),
-            )
+            lora = {"rank": training.rank, "scale": training.scale, "dropout": training.dropout}
+            if training.lora_keys is not None:
+                lora["keys"] = list(training.lora_keys)
+            linear_to_lora_layers(model, num_layers, lora, use_dora=(training.fine_tune_type == "dora"))
         except ValueError as e:
             raise MlxfitError(str(e)) from e
 

@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from .architecture import Architecture, Linear
+from mlx.utils import tree_flatten
+
+from . import lazy_model
+from .architecture import Architecture, Block
 from .model import ModelInfo
 from .training import TrainingConfig
 
 BACKENDS = ("cpu", "metal", "cuda")
 ACT_H, ACT_QKV, ACT_I = 6, 2, 4  # tensors kept per block, by width (see features)
-_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-QK_NORM_TYPES = ("qwen3", "qwen3_moe", "gemma3", "gemma3_text")
-LORA_BYTES = 4  # mlx_lm/tuner/lora.py: lora_a uniform, lora_b zeros, both float32
 
 
 @lru_cache(maxsize=1)
@@ -62,55 +62,41 @@ class Breakdown:
 
 
 def dtype_bytes(model: ModelInfo) -> int:
-    return _BYTES.get(model.dtype, 2) if not model.quantized else _BYTES.get(
-        (model.config or {}).get("torch_dtype", "bfloat16"), 2
+    """Bytes per element of the activations: the checkpoint's float dtype."""
+    return lazy_model.checkpoint_dtype(model.config or {}).size
+
+
+def _qlora_bits(model: ModelInfo, training: TrainingConfig) -> tuple[int | None, int | None]:
+    """QLoRA on a base that is not quantized yet: quantize it as `mlx_lm.convert -q`."""
+    if training.quantize and not model.quantized:
+        return training.bits, training.group_size
+    return None, None
+
+
+@lru_cache(maxsize=256)
+def _counted(config_key: str, bits, group_size, fine_tune_type: str, num_layers: int, rank: int, keys):
+    config = json.loads(config_key)
+    base = lazy_model.base_model(config, bits, group_size)
+    if fine_tune_type == "full":
+        trainable = lazy_model.full_parameters(base, num_layers)
+    else:
+        trainable = lazy_model.adapter_parameters(base, num_layers, rank, fine_tune_type == "dora", keys)
+    base_bytes = sum(v.nbytes for _, v in tree_flatten(base.parameters()))
+    return base_bytes, tuple((tuple(v.shape), v.dtype.size) for _, v in trainable)
+
+
+def counted(model: ModelInfo, training: TrainingConfig) -> tuple[int, tuple]:
+    """(bytes of the base weights as stored for training, ((shape, itemsize), ...)
+    of every trainable array), from mlx-lm's own model built lazily."""
+    keys = tuple(sorted(training.lora_keys)) if training.lora_keys is not None else None
+    return _counted(
+        json.dumps(model.config, sort_keys=True, default=str), *_qlora_bits(model, training),
+        training.fine_tune_type, training.num_layers, training.rank, keys,
     )
 
 
-def _quantizable(linear: Linear, group_size: int) -> bool:
-    # mlx_lm/utils.py quantize_model: layers with to_quantized whose last dim divides.
-    return linear.in_features % group_size == 0
-
-
-def quantized_bytes(n_out: int, n_in: int, experts: int, bits: int, group_size: int, s: int) -> int:
-    """Packed weight plus one scale and one bias per group, in the model's dtype."""
-    packed = experts * n_out * n_in * bits // 8
-    groups = experts * n_out * (n_in // group_size)
-    return packed + 2 * groups * s
-
-
-def _router_bits(arch: Architecture, linear: Linear, bits: int, group_size: int):
-    # mlx_lm/models/qwen3_moe.py quant_predicate: the router stays at 8 bits.
-    if arch.model_type == "qwen3_moe" and linear.path.endswith("mlp.gate"):
-        return 8, 64
-    return bits, group_size
-
-
-def base_weight_bytes(model: ModelInfo, training: TrainingConfig) -> tuple[int, int]:
-    """(bytes of block linears, bytes of everything else) as stored for training."""
-    arch, s = model.architecture, dtype_bytes(model)
-    quantized = training.quantize or model.quantized
-    bits = model.bits if model.quantized else training.bits
-    group = (model.group_size or 64) if model.quantized else training.group_size
-    linear_bytes = 0
-    for block in arch.blocks:
-        for lin in block.linears:
-            b, g = _router_bits(arch, lin, bits, group)
-            if quantized and _quantizable(lin, g):
-                linear_bytes += quantized_bytes(lin.out_features, lin.in_features, lin.experts, b, g, s)
-                if lin.bias:
-                    linear_bytes += lin.experts * lin.out_features * s
-            else:
-                linear_bytes += lin.params * s
-    other = sum(b.norm_params for b in arch.blocks) * s + arch.final_norm_params * s
-    for n in (arch.embedding_params, arch.lm_head_params):
-        if n == 0:
-            continue
-        if quantized and arch.hidden_size % group == 0:
-            other += quantized_bytes(arch.vocab_size, arch.hidden_size, 1, bits, group, s)
-        else:
-            other += n * s
-    return linear_bytes, other
+def weight_bytes(model: ModelInfo, training: TrainingConfig) -> int:
+    return counted(model, training)[0]
 
 
 def _trained_blocks(arch: Architecture, training: TrainingConfig):
@@ -135,35 +121,6 @@ def optimizer_state_elements(name: str, shapes: list[tuple[int, ...]]) -> int:
     return total
 
 
-def adapter_shapes(blocks, rank: int, dora: bool) -> list[tuple[int, ...]]:
-    """mlx_lm/tuner/lora.py + dora.py: every Linear / SwitchLinear in each block."""
-    shapes = []
-    for block in blocks:
-        for lin in block.linears:
-            if lin.experts > 1:
-                shapes += [(lin.experts, rank, lin.in_features), (lin.experts, lin.out_features, rank)]
-            else:
-                shapes += [(lin.in_features, rank), (rank, lin.out_features)]
-                if dora:
-                    shapes.append((lin.out_features,))
-    return shapes
-
-
-def full_shapes(blocks) -> list[tuple[int, ...]]:
-    shapes = []
-    for block in blocks:
-        for lin in block.linears:
-            shapes.append((lin.experts, lin.out_features, lin.in_features) if lin.experts > 1 else (lin.out_features, lin.in_features))
-            if lin.bias:
-                shapes.append((lin.experts, lin.out_features) if lin.experts > 1 else (lin.out_features,))
-        shapes.append((block.norm_params,))
-    return shapes
-
-
-def _elements(shapes) -> int:
-    return sum(math.prod(shape) for shape in shapes)
-
-
 # What is in flight at the optimizer update, beyond the resident weights and
 # optimizer state: gradients, new parameters and new state not yet swapped in.
 # MLX frees each old parameter once its update has run, so what is in flight
@@ -183,10 +140,23 @@ def update_in_flight_bytes(optimizer: str, trainable_bytes: int, trained_blocks:
     return int(min(cap * trainable_bytes, blocks * per_block))
 
 
-def _fused_outputs(blocks) -> int:
-    """Widths of the fused projections whose output is split (phi3 qkv_proj, gate_up_proj)."""
-    fused = ("qkv_proj", "gate_up_proj")
-    return max((sum(lin.out_features for lin in b.linears if lin.path.endswith(fused)) for b in blocks), default=0)
+FUSED = ("qkv_proj", "gate_up_proj")  # phi3's fused projections, split after the matmul
+
+
+def _widths(block: Block, h: int) -> dict:
+    """Per-token widths of a block's activations."""
+    inter = block.intermediate
+    if block.is_moe:
+        # mlx_lm/models/switch_layers.py SwitchGLU: each token is copied to its k
+        # experts (_gather_sort), runs k expert MLPs, and k outputs are combined;
+        # plus the router's scores.
+        k = block.experts_per_token
+        inter += k * block.expert_intermediate + 2 * k * h + block.experts
+    return {"h": h, "qkv": block.qkv, "inter": inter}
+
+
+def _adapted(block: Block, keys) -> list:
+    return [lin for lin in block.linears if keys is None or lin.path in keys]
 
 
 def features(model: ModelInfo, training: TrainingConfig, length: int | None = None) -> dict:
@@ -198,20 +168,19 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
     n = len(blocks)
     frozen_blocks = arch.num_layers - n
     h, V = arch.hidden_size, arch.vocab_size
-    qkv = (arch.num_heads + 2 * arch.num_kv_heads) * arch.head_dim
-    if arch.is_moe:
-        # mlx_lm/models/switch_layers.py SwitchGLU: each token is copied to its k
-        # experts (_gather_sort), runs k expert MLPs, and k outputs are combined;
-        # plus the router's scores.
-        k = arch.experts_per_token
-        inter = k * arch.intermediate_size + 2 * k * h + arch.num_experts
-    else:
-        inter = arch.intermediate_size
-    widths = {"h": h, "qkv": qkv, "inter": inter}
-    # Full fine-tuning also differentiates every linear's weight and the norms'. In
-    # the grid, MoE full fine-tunes show no extra for their experts' MLP, so only
-    # the dense widths count.
-    dense = {**widths, "inter": 0 if arch.is_moe else inter}
+    full = training.fine_tune_type == "full"
+
+    def over_blocks(per_block) -> int:
+        # mlx_lm/tuner/trainer.py grad_checkpoint: each block keeps only its input;
+        # one block at a time is recomputed with its full activations.
+        values = [per_block(b) for b in blocks]
+        return max(values, default=0) if training.grad_checkpoint else sum(values)
+
+    def dense_width(b: Block, k: str) -> int:
+        # Full fine-tuning also differentiates every linear's weight and the norms'.
+        # In the grid, MoE full fine-tunes show no extra for their experts' MLP, so
+        # only the dense widths count.
+        return 0 if k == "inter" and b.is_moe else _widths(b, h)[k]
 
     def one_block(w: dict) -> int:
         # One block's activations, per token: the two norms' inputs and outputs and
@@ -221,67 +190,69 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         # differentiated.
         return B * T * (ACT_H * w["h"] + ACT_QKV * w["qkv"] + ACT_I * w["inter"]) * s
 
-    block_act, dense_act = one_block(widths), one_block(dense)
-    block_scores = B * arch.num_heads * T * T * s
-    fused = _fused_outputs(arch.blocks)
-    # mlx_lm/tuner/trainer.py grad_checkpoint: each block keeps only its input;
-    # one block at a time is recomputed with its full activations.
-    live_blocks = min(n, 1) if training.grad_checkpoint else n
-    full = training.fine_tune_type == "full"
-    softcap = arch.model_type == "gemma2"
-    if full:
-        trainable = full_shapes(blocks)
-        param_bytes = s
-    else:
-        trainable = adapter_shapes(blocks, training.rank, training.fine_tune_type == "dora")
-        param_bytes = LORA_BYTES
-    dora_weights = adapter_outputs = 0
+    def scores(b: Block) -> int:
+        # The softmax probabilities of one block, B x H x T x T (none for linear
+        # attention or state-space blocks).
+        return B * b.heads * T * T * s
+
+    block_act = max((one_block(_widths(b, h)) for b in blocks), default=0)
+    dense_act = max((one_block({k: dense_width(b, k) for k in ("h", "qkv", "inter")}) for b in blocks), default=0)
+    block_scores = max((scores(b) for b in blocks), default=0)
+    fused = max((sum(l.out_features for l in b.linears if l.path.endswith(FUSED)) for b in arch.blocks), default=0)
+    keys = set(training.lora_keys) if training.lora_keys is not None else None
+    adapter_outputs = dora_weights = 0
     if not full:
         # lora.py / dora.py __call__: every adapted layer keeps the base output y and
         # the adapter's z (DoRA also the rescaled output), each B x T x out.
-        outs_per_block = max((sum(lin.out_features for lin in b.linears) for b in blocks), default=0)
-        adapter_outputs = B * T * outs_per_block * live_blocks * s
+        adapter_outputs = B * T * s * over_blocks(lambda b: sum(l.out_features for l in _adapted(b, keys)))
     if training.fine_tune_type == "dora":
         # dora.py __call__: the adapted weight w + scale * B^T A^T (float32) of a layer.
-        dora_weights = max((lin.in_features * lin.out_features for b in blocks for lin in b.linears), default=0) * 4
-    linear_bytes, other_bytes = base_weight_bytes(model, training)
-    by_width = {f"act_{k}_bytes": B * T * w * live_blocks * s for k, w in widths.items()}
-    by_width.update({f"act_full_{k}_bytes": B * T * w * live_blocks * s if full else 0 for k, w in dense.items()})
+        dora_weights = max((l.in_features * l.out_features for b in blocks for l in _adapted(b, keys)), default=0) * 4
+    base_bytes, trainable = counted(model, training)
+    trainable_elements = sum(math.prod(shape) for shape, _ in trainable)
+    trainable_bytes = sum(math.prod(shape) * size for shape, size in trainable)
+    param_bytes = trainable[0][1] if trainable else s
+    by_width = {}
+    for k in ("h", "qkv", "inter"):
+        by_width[f"act_{k}_bytes"] = B * T * s * over_blocks(lambda b: _widths(b, h)[k])
+        by_width[f"act_full_{k}_bytes"] = B * T * s * over_blocks(lambda b: dense_width(b, k)) if full else 0
+    typical = arch.blocks[-1] if arch.blocks else None
     return {
         **by_width,
         "s": s,
-        "base_bytes": linear_bytes + other_bytes,
-        "trainable_elements": _elements(trainable),
-        "trainable_bytes": _elements(trainable) * param_bytes,
-        "optimizer_bytes": optimizer_state_elements(training.optimizer, trainable) * param_bytes,
+        "base_bytes": base_bytes,
+        "trainable_elements": trainable_elements,
+        "trainable_bytes": trainable_bytes,
+        "optimizer_bytes": optimizer_state_elements(training.optimizer, [shape for shape, _ in trainable]) * param_bytes,
         "checkpoint_bytes": B * T * h * (n + 1) * s if training.grad_checkpoint and n else 0,
-        "scores_bytes": block_scores * live_blocks,
+        "scores_bytes": over_blocks(scores),
         # The backward pass of the block being differentiated: its attention's
         # softmax gradient and its activations' gradients, once whatever the depth.
-        "scores_once_bytes": block_scores if n else 0,
-        "act_once_bytes": block_act if n else 0,
-        "act_full_once_bytes": dense_act if n and full else 0,
+        "scores_once_bytes": block_scores,
+        "act_once_bytes": block_act,
+        "act_full_once_bytes": dense_act if full else 0,
         # With checkpointing, the block being differentiated first recomputes its
         # forward pass, scores included, inside the backward pass.
-        "scores_recompute_bytes": block_scores if n and training.grad_checkpoint else 0,
+        "scores_recompute_bytes": block_scores if training.grad_checkpoint else 0,
         # Per-head RMSNorms on q and k (qwen3, gemma3): with their weights trained,
         # their VJP builds q- and k-sized temporaries.
-        "qk_norm_full_bytes": B * T * (arch.num_heads + arch.num_kv_heads) * arch.head_dim * live_blocks * s
-        if full and arch.model_type in QK_NORM_TYPES else 0,
+        "qk_norm_full_bytes": B * T * s * over_blocks(lambda b: (b.heads + b.kv_heads) * b.head_dim if b.qk_norm else 0)
+        if full else 0,
         "logits_bytes": B * T * V * s,
         "dora_bytes": dora_weights,
         "adapter_act_bytes": adapter_outputs,
         # Measured: a model with fused projections (phi3) keeps each split output's
         # gradient, and its frozen leading blocks' activations stay alive too.
-        "split_bytes": B * T * fused * live_blocks * s,
-        "frozen_fused_bytes": (block_act + block_scores) * frozen_blocks if fused and n else 0,
+        "split_bytes": B * T * fused * s * over_blocks(lambda b: 1),
+        "frozen_fused_bytes": (one_block(_widths(typical, h)) + scores(typical)) * frozen_blocks if fused and n else 0,
         "dora_act_bytes": adapter_outputs if training.fine_tune_type == "dora" else 0,
         # gemma2: manual attention with tanh capping of the scores and the logits.
-        "softcap_scores_bytes": block_scores * live_blocks if softcap else 0,
-        "softcap_logits_bytes": B * T * V * s if softcap else 0,
-        "softcap": softcap,
+        "softcap_scores_bytes": over_blocks(scores) if arch.softcap else 0,
+        "softcap_logits_bytes": B * T * V * s if arch.softcap else 0,
+        "softcap": arch.softcap,
         "tokens": T,
         "trained_blocks": n,
+        "unmeasured_kinds": arch.unmeasured_kinds(),
     }
 
 

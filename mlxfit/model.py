@@ -10,8 +10,9 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from .architecture import Architecture, architecture_from_config, text_config
+from .architecture import Architecture, architecture_from_config
 from .errors import BadInput, MlxfitError
+from .lazy_model import NotSizable, UnknownModelType, text_config
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"  # mlx_lm.lora's own default model
 _BARE_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bBmM])\s*$")
@@ -31,6 +32,9 @@ class ModelInfo:
     architecture: Architecture | None = None
     config: dict | None = None
     path: Path | None = None
+    # Why there is no architecture for a model with a config: the installed
+    # mlx-lm has no model for its model_type, so only the rule of thumb answers.
+    rule_only_reason: str | None = None
 
     @property
     def quantized(self) -> bool:
@@ -46,6 +50,7 @@ class ModelInfo:
             "dtype": self.dtype,
             "group_size": self.group_size,
             "path": str(self.path) if self.path else None,
+            "rule_only_reason": self.rule_only_reason,
         }
 
 
@@ -56,17 +61,24 @@ def catalog() -> dict[str, tuple[str, dict]]:
     return {m["id"].lower(): (m["id"], m["config"]) for m in json.loads(text)["models"]}
 
 
+def _storage(config: dict) -> tuple[int, int | None, str]:
+    """(bits per weight, group size, dtype name) of the stored base."""
+    quant = config.get("quantization") or {}
+    if quant:
+        return int(quant.get("bits", 4)), int(quant.get("group_size", 64)), "quantized"
+    inner = text_config(config)
+    dtype = inner.get("torch_dtype") or inner.get("dtype") or config.get("torch_dtype") or "bfloat16"
+    return _DTYPE_BITS.get(dtype, 16), None, dtype
+
+
 def _from_config(model_id: str, source: str, config: dict, path=None) -> ModelInfo:
     if not isinstance(config, dict):
         raise MlxfitError(f"config.json of {model_id} is not a JSON object")
-    arch = architecture_from_config(config)
-    quant = config.get("quantization") or {}
-    if quant:
-        bits, group_size, dtype = int(quant.get("bits", 4)), int(quant.get("group_size", 64)), "quantized"
-    else:
-        inner = text_config(config)
-        dtype = inner.get("torch_dtype") or inner.get("dtype") or config.get("torch_dtype") or "bfloat16"
-        bits, group_size = _DTYPE_BITS.get(dtype, 16), None
+    bits, group_size, dtype = _storage(config)
+    try:
+        arch = architecture_from_config(config)
+    except NotSizable as e:
+        return _rule_only(model_id, source, config, path, e, bits, group_size, dtype)
     return ModelInfo(
         id=model_id,
         source=source,
@@ -79,6 +91,66 @@ def _from_config(model_id: str, source: str, config: dict, path=None) -> ModelIn
         config=config,
         path=path,
     )
+
+
+def _rule_only(model_id, source, config, path, error: NotSizable, bits, group_size, dtype) -> ModelInfo:
+    """A model_type mlx-lm cannot build still gets the rule of thumb, from a
+    parameter count: the checkpoint's index when present, else the config."""
+    params, counted_from = None, None
+    if path is not None:
+        params, counted_from = index_params(Path(path), bits), "model.safetensors.index.json"
+    if not params:
+        params, counted_from = config_params(config), "config.json, approximately"
+    if not params:
+        raise MlxfitError(f"{error}, and config.json has no sizes to count its parameters from")
+    from .mlx_lm_modules import version
+
+    if isinstance(error, UnknownModelType):
+        why = f"the installed mlx-lm {version()} has no model for model_type {error.model_type!r}"
+    else:
+        why = str(error)
+    reason = f"{why}: rule of thumb only, from {params:,} parameters ({counted_from})"
+    return ModelInfo(
+        id=model_id, source=source, params=params, bits=bits, dtype=dtype, model_type=config.get("model_type"),
+        group_size=group_size, config=config, path=path, rule_only_reason=reason,
+    )
+
+
+def index_params(folder: Path, bits: int) -> int | None:
+    """Parameters from model.safetensors.index.json's total size and the storage bits."""
+    index = folder / "model.safetensors.index.json" if folder.is_dir() else None
+    if index is None or not index.is_file():
+        return None
+    try:
+        total = json.loads(index.read_text())["metadata"]["total_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return int(total * 8 // bits) if isinstance(total, (int, float)) and total > 0 else None
+
+
+def config_params(config: dict) -> int | None:
+    """A transformer's parameter count from the usual config fields (approximate:
+    attention, a gated MLP or its experts, embeddings)."""
+    c = text_config(config)
+
+    def size(*names):
+        return next((int(c[n]) for n in names if isinstance(c.get(n), (int, float)) and c[n] > 0), 0)
+
+    h = size("hidden_size", "n_embd", "d_model")
+    layers = size("num_hidden_layers", "n_layer", "num_layers")
+    vocab = size("vocab_size")
+    if not (h and layers and vocab):
+        return None
+    heads = size("num_attention_heads", "n_head") or max(h // 128, 1)
+    kv = size("num_key_value_heads") or heads
+    d = size("head_dim") or h // heads
+    inter = size("intermediate_size", "n_inner", "ffn_dim") or 4 * h
+    experts = size("num_experts", "num_local_experts", "n_routed_experts")
+    expert_inter = size("moe_intermediate_size") or inter
+    mlp = 3 * h * (expert_inter * experts if experts else inter)
+    attention = 2 * h * heads * d + 2 * h * kv * d
+    tied = text_config(config).get("tie_word_embeddings", True)
+    return layers * (attention + mlp + 2 * h) + vocab * h * (1 if tied else 2) + h
 
 
 def read_config_file(path: Path) -> dict:

@@ -55,6 +55,13 @@ class Estimate:
     def fits(self) -> bool:
         return self.predicted_bytes <= self.usable_bytes
 
+    @property
+    def basis(self) -> str:
+        """rule; approximate (block kinds the fitted terms never saw); detailed."""
+        if self.detailed is None:
+            return "rule"
+        return "approximate" if self.detailed.features.get("unmeasured_kinds") else "detailed"
+
     def to_dict(self) -> dict:
         data = {
             "method": self.method,
@@ -64,7 +71,7 @@ class Estimate:
             "headroom_bytes": self.headroom_bytes,
             "selected": self.selected,
             "predicted_peak_bytes": self.predicted_bytes,
-            "basis": "detailed" if self.detailed else "rule",
+            "basis": self.basis,
         }
         if self.detailed:
             data.update(self.detailed.to_dict())  # breakdown, backend, peak_phase

@@ -129,6 +129,14 @@ def stacked_bar(parts: dict, scale: int, usable: int, width: int = STACK_WIDTH) 
     return text
 
 
+KIND_WORDS = {
+    "sliding": "sliding-window attention",
+    "mla": "multi-head latent attention",
+    "linear": "linear-attention or convolution",
+    "ssm": "state-space",
+}
+
+
 def render_plan(plan: Plan) -> None:
     model, training = plan.model, plan.training
     console.print(f"[bold]Machine[/]  {machine_line(plan.machine)}")
@@ -148,6 +156,14 @@ def render_plan(plan: Plan) -> None:
         + f" · estimated for the {plan.backend} backend"
     )
     print_warnings(plan.machine)
+    if model.rule_only_reason:
+        console.print(f"[yellow]Note[/]     {model.rule_only_reason}")
+    elif plan.selected.basis == "approximate":
+        kinds = ", ".join(KIND_WORDS.get(k, k) for k in plan.selected.detailed.features["unmeasured_kinds"])
+        console.print(
+            f"[yellow]Approximate[/] mlxfit's fitted terms were never measured on {kinds} blocks: "
+            "`--measure` runs real steps and is the way to be sure"
+        )
 
     detailed = any(e.detailed for e in plan.estimates)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)

@@ -70,7 +70,6 @@ class ResolvedConfig:
     model: str | None = None  # None: mlx-lm's default model (mlxfit.model.DEFAULT_MODEL)
     data: str | None = None  # None: not given (mlx-lm would use mlx-community/WikiSQL)
     mask_prompt: bool = False
-    lora_keys: list[str] | None = None  # lora_parameters.keys: None = mlx-lm's default layers
     features: dict[str, str] = field(default_factory=dict)  # prompt_feature, ... from the file
     other: dict = field(default_factory=dict)  # other known keys from the file (iters, ...)
     sources: dict[str, str] = field(default_factory=dict)  # key -> "flag" | "file" | "default"
@@ -81,7 +80,7 @@ class ResolvedConfig:
     def value(self, key: str):
         if key in _TRAINING:
             return getattr(self.training, key)
-        if key in ("model", "data", "mask_prompt", "lora_keys"):
+        if key in ("model", "data", "mask_prompt"):
             return getattr(self, key)
         if key in self.features:
             return self.features[key]
@@ -166,7 +165,7 @@ def resolve(flags: dict, config_path: Path | None = None) -> ResolvedConfig:
                 value = value.lower()  # mlx-lm: args.optimizer.lower()
         pick(key, value, base[key])
 
-    lora, lora_keys, lora_source = {}, None, "default"
+    lora, lora_keys = {}, None
     if "lora_parameters" in given:
         lora = given["lora_parameters"]
         if not isinstance(lora, dict):
@@ -178,7 +177,8 @@ def resolve(flags: dict, config_path: Path | None = None) -> ResolvedConfig:
             keys = lora["keys"]
             if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
                 raise BadInput(f"{where}: lora_parameters.keys must be a list of layer names")
-            lora_keys, lora_source = list(keys), "file"
+            lora_keys = tuple(keys)
+    pick("lora_keys", lora_keys, None)
     for key in ("rank", "scale", "dropout"):
         value = lora.get(key)
         if value is not None:
@@ -210,14 +210,12 @@ def resolve(flags: dict, config_path: Path | None = None) -> ResolvedConfig:
         except BadInput as e:
             raise BadInput(f"{where}: {e}") from e
     training = TrainingConfig(**{k: values[k] for k in _TRAINING})
-    sources["lora_keys"] = lora_source
     sources.update({k: "file" for k in (*features, *other)})
     return ResolvedConfig(
         training=training,
         model=values["model"],
         data=values["data"],
         mask_prompt=values["mask_prompt"],
-        lora_keys=lora_keys,
         features=features,
         other=other,
         sources=sources,

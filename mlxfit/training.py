@@ -30,8 +30,11 @@ class TrainingConfig:
     bits: int = field(default=4, metadata={"help": "Bits per weight of the quantized base (mlx_lm.convert -q)."})
     group_size: int = field(default=64, metadata={"help": "Quantization group size (mlx_lm.convert -q)."})
     hosts: int = field(default=1, metadata={"help": "Data-parallel nodes under mlx.launch; each takes batch_size / hosts."})
+    lora_keys: tuple[str, ...] | None = field(default=None, metadata={"help": "lora_parameters.keys: the layers LoRA wraps (None: every linear of a block)."})
 
     def __post_init__(self):
+        if self.lora_keys is not None and not isinstance(self.lora_keys, tuple):
+            object.__setattr__(self, "lora_keys", tuple(self.lora_keys))  # from JSON or YAML lists
         if self.fine_tune_type not in FINE_TUNE_TYPES:
             raise BadInput(f"unknown fine-tune type {self.fine_tune_type!r} (use {', '.join(FINE_TUNE_TYPES)})")
         if self.optimizer not in OPTIMIZERS:

@@ -172,9 +172,29 @@ def test_malformed_config(tmp_path):
     assert result.exit_code == 1 and "is not valid JSON" in result.output
 
 
-def test_unknown_model_type(model_folder):
+def test_unknown_model_type_gets_the_rule_from_its_config(model_folder):
+    config = {"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+              "intermediate_size": 3072, "vocab_size": 30522}
+    result = CliRunner().invoke(cli, ["probe", "--model", str(model_folder(config)), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["model"]["params"] > 100_000_000
+    assert "no model for model_type 'bert'" in data["model"]["rule_only_reason"]
+    assert {e["basis"] for e in data["estimates"]} == {"rule"}
+
+
+def test_unknown_model_type_counts_from_the_safetensors_index(model_folder):
+    folder = model_folder({"model_type": "future_model", "torch_dtype": "bfloat16"})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 2 * 7_000_000_000}, "weight_map": {}}))
+    result = CliRunner().invoke(cli, ["probe", "--model", str(folder)])
+    assert result.exit_code == 0, result.output
+    assert "7,000,000,000 parameters (model.safetensors.index.json)" in " ".join(result.output.split())
+
+
+def test_unknown_model_type_without_sizes_is_one_line(model_folder):
     result = CliRunner().invoke(cli, ["probe", "--model", str(model_folder({"model_type": "bert"}))])
-    assert result.exit_code == 1 and "model_type 'bert' is not supported" in result.output
+    assert result.exit_code == 1 and "no model for model_type 'bert'" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_debug_switch_reraises(monkeypatch):
@@ -183,19 +203,22 @@ def test_debug_switch_reraises(monkeypatch):
     assert result.exception is not None and "unknown model" in str(result.exception)
 
 
-def test_estimate_path_never_imports_mlx_lm_or_transformers():
+def test_estimate_path_never_imports_transformers():
+    """It builds mlx-lm's model classes (mlx_lm.models.*, mlx_lm.tuner.lora) but
+    never runs mlx-lm's package __init__, which imports transformers."""
     code = (
         "import sys\n"
         "from click.testing import CliRunner\n"
         "from mlxfit.cli import cli\n"
-        "for args in (['probe'], ['probe', '--model', 'Qwen/Qwen2.5-7B-Instruct', '--json'], ['fits'], ['memory']):\n"
+        "for args in (['probe'], ['probe', '--model', 'Qwen/Qwen2.5-7B-Instruct', '--json'],\n"
+        "             ['probe', '--model', 'Qwen/Qwen3-30B-A3B', '--method', 'qlora', '--json'], ['fits'], ['memory']):\n"
         "    r = CliRunner().invoke(cli, args)\n"
         "    assert r.exit_code == 0, r.output\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('mlx_lm', 'transformers', 'huggingface_hub'))\n"
-        "print(heavy)\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('transformers', 'huggingface_hub', 'tokenizers'))\n"
+        "print(heavy, 'mlx_lm.models.qwen3_moe' in sys.modules, 'mlx_lm.utils' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert out.strip() == "[] True False"
 
 
 def test_python_dash_m_works():

@@ -5,7 +5,7 @@ import pytest
 from mlx.utils import tree_flatten
 
 from mlxfit.build import prepare_for_training, quantize, random_model
-from mlxfit.estimate import BACKENDS, base_weight_bytes, estimate, features, optimizer_state_elements
+from mlxfit.estimate import BACKENDS, estimate, features, optimizer_state_elements, weight_bytes
 from mlxfit.model import _from_config, from_catalog
 from mlxfit.steps import make_optimizer
 from mlxfit.training import OPTIMIZERS, TrainingConfig
@@ -69,7 +69,7 @@ def test_layers_not_divisible_by_the_group_stay_unquantized():
     info = _from_config("x", "local", config)
     training = TrainingConfig(quantize=True, num_layers=-1)
     model = trained_model(config, training)
-    assert sum(base_weight_bytes(info, training)) == nbytes(model.parameters()) - nbytes(model.trainable_parameters())
+    assert weight_bytes(info, training) == nbytes(model.parameters()) - nbytes(model.trainable_parameters())
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)

@@ -61,7 +61,7 @@ def test_resolved_config_is_what_mlx_lm_uses(argv, config_path):
         assert getattr(t, key) == theirs[key], key
     lora = theirs["lora_parameters"]
     assert (t.rank, t.scale, t.dropout) == (lora["rank"], lora["scale"], lora["dropout"])
-    assert ours.lora_keys == lora.get("keys")
+    assert t.lora_keys == (tuple(lora["keys"]) if lora.get("keys") is not None else None)
     assert (ours.model or mlx_lm.lora.CONFIG_DEFAULTS["model"]) == theirs["model"]
     assert (ours.data or mlx_lm.lora.CONFIG_DEFAULTS["data"]) == theirs["data"]
     assert ours.mask_prompt == theirs["mask_prompt"]
@@ -83,6 +83,7 @@ def test_sources_and_json():
     assert out["config"]["batch_size"] == {"value": 1, "source": "flag"}
     assert out["config"]["learning_rate"] == {"value": 2e-5, "source": "file"}
     assert out["config"]["lora_keys"]["value"] == ["self_attn.q_proj", "self_attn.v_proj"]
+    assert ours.training.lora_keys == ("self_attn.q_proj", "self_attn.v_proj")
     assert out["unknown_keys"] == ["training_mode"]
 
     small = resolve({}, FIXTURES / "lora_small.yaml")

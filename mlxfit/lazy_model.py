@@ -1,0 +1,321 @@
+"""The model mlx-lm would train, built lazily from config.json.
+
+MLX arrays cost nothing until evaluated, so building mlx-lm's own Model class
+from a config (Llama-3.1-8B: tens of milliseconds, no memory) gives every
+shape and dtype of the real thing. On that model this module does what mlx-lm
+does on load and before training, without evaluating anything:
+
+- mlx_lm/utils.py load_model: the model class (with MODEL_REMAPPING), the
+  weights `sanitize` keeps (a tied checkpoint has no lm_head), the
+  checkpoint's dtype, and a config's `quantization` block;
+- mlx_lm/utils.py quantize_model (`mlx_lm.convert -q`) for QLoRA;
+- mlx_lm/tuner/utils.py linear_to_lora_layers and mlx_lm/lora.py's
+  freeze/unfreeze for full fine-tuning.
+
+The two functions of mlx-lm that cannot be imported without transformers
+(the quantization walk and the LoRA key selection) are copied here;
+tests/test_lazy_model.py pins each copy against the real function.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten, tree_unflatten
+
+from .errors import MlxfitError
+from .mlx_lm_modules import import_module, model_classes, module_name
+
+DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+QUANT_MODE_DEFAULTS = {"affine": (64, 4), "mxfp4": (32, 4), "nvfp4": (16, 4), "mxfp8": (32, 8)}
+# Config fields that are sizes: a positive integer where present.
+POSITIVE_FIELDS = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "intermediate_size", "vocab_size", "head_dim", "moe_intermediate_size",
+    "max_position_embeddings", "n_layer", "n_embd", "n_head", "d_model", "num_layers", "n_heads",
+)
+# Counts that may be 0 (a dense model of a MoE family).
+COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "n_shared_experts", "num_experts_per_tok")
+
+
+def text_config(config: dict) -> dict:
+    """The language model's own config: multimodal configs nest it in `text_config`."""
+    inner = config.get("text_config")
+    return inner if isinstance(inner, dict) else config
+
+
+def checkpoint_dtype(config: dict) -> mx.Dtype:
+    for c in (config, text_config(config)):
+        name = c.get("torch_dtype") or c.get("dtype")
+        if name in DTYPES:
+            return DTYPES[name]
+    return mx.bfloat16
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_config(config: dict) -> None:
+    """Values no real model has: one line naming the field (MlxfitError)."""
+    if not isinstance(config, dict):
+        raise MlxfitError("config.json is not a JSON object")
+    if not config.get("model_type"):
+        raise MlxfitError("config.json has no 'model_type'")
+    if not isinstance(config["model_type"], str):
+        raise MlxfitError(f"config.json field 'model_type' must be a string, got {config['model_type']!r}")
+    for where, c in (("", config), ("text_config.", text_config(config))):
+        for name in POSITIVE_FIELDS + COUNT_FIELDS:
+            value = c.get(name)
+            if value is None:
+                continue
+            if not _number(value) or value != int(value):
+                raise MlxfitError(f"config.json field '{where}{name}' must be an integer, got {value!r}")
+            if value < 1 and name in POSITIVE_FIELDS or value < 0:
+                raise MlxfitError(f"config.json field '{where}{name}' must be positive, got {value!r}")
+        heads, kv = c.get("num_attention_heads"), c.get("num_key_value_heads")
+        if heads and kv and heads % kv:
+            raise MlxfitError(
+                f"config.json: num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv})"
+            )
+        hidden = c.get("hidden_size")
+        if heads and hidden and not c.get("head_dim") and hidden % heads:
+            raise MlxfitError(
+                f"config.json: hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}) "
+                "and there is no head_dim"
+            )
+
+
+def _construct(config: dict) -> nn.Module:
+    check_config(config)
+    try:
+        model_class, args_class = model_classes(config)
+    except ImportError as e:
+        raise UnknownModelType(config["model_type"]) from e
+    try:
+        return model_class(args_class.from_dict(config))
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError, IndexError) as e:
+        raise MlxfitError(f"mlx-lm cannot build {config['model_type']!r} from this config.json: {_first_line(e)}") from e
+
+
+class NotSizable(MlxfitError):
+    """mlx-lm cannot build or train this model: only the rule of thumb can answer."""
+
+
+class UnknownModelType(NotSizable):
+    def __init__(self, model_type: str):
+        super().__init__(f"the installed mlx-lm has no model for model_type {model_type!r}")
+        self.model_type = model_type
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def _tied(config: dict) -> bool:
+    # transformers' PretrainedConfig: tie_word_embeddings defaults to True.
+    return bool(text_config(config).get("tie_word_embeddings", config.get("tie_word_embeddings", True)))
+
+
+def _sanitize(model: nn.Module, config: dict) -> None:
+    """What load_model's `model.sanitize(weights)` does to the model itself: a
+    checkpoint of tied embeddings has no lm_head, and some families (gemma3)
+    then drop theirs."""
+    if not hasattr(model, "sanitize"):
+        return
+    weights = dict(tree_flatten(model.parameters()))
+    if _tied(config):
+        weights = {k: v for k, v in weights.items() if not k.endswith("lm_head.weight")}
+    try:
+        model.sanitize(weights)
+    except Exception:  # a sanitize written for the checkpoint's own names
+        pass
+
+
+def _quantization(config: dict) -> dict | None:
+    """mlx_lm/utils.py load_model: `quantization`, or a legacy quantization_config."""
+    quant = config.get("quantization")
+    if isinstance(quant, dict):
+        return quant
+    legacy = config.get("quantization_config") or text_config(config).get("quantization_config")
+    if isinstance(legacy, dict):
+        method = legacy.get("quant_method")
+        if method in ("mxfp4", "mxfp8"):
+            return {"group_size": 32, "bits": 4 if method == "mxfp4" else 8, "mode": method}
+        if method in ("awq", "gptq"):
+            return {"group_size": legacy.get("group_size", 128), "bits": legacy.get("bits", 4)}
+    return None
+
+
+def convert_predicate(model: nn.Module, group_size: int, overrides: dict | None = None):
+    """mlx_lm/utils.py quantize_model's wrapped_predicate, plus load_model's
+    per-layer entries of a saved `quantization` block (dicts, or False)."""
+    quant_predicate = getattr(model, "quant_predicate", None)
+    overrides = overrides or {}
+
+    def predicate(path: str, module: nn.Module):
+        if path in overrides:
+            return overrides[path]
+        if not hasattr(module, "to_quantized"):
+            return False
+        if module.weight.shape[-1] % group_size != 0:
+            return False
+        return quant_predicate(path, module) if quant_predicate is not None else True
+
+    return predicate
+
+
+def quantize(model: nn.Module, bits: int, group_size: int, mode: str = "affine", overrides: dict | None = None) -> None:
+    try:
+        nn.quantize(model, group_size, bits, mode=mode, class_predicate=convert_predicate(model, group_size, overrides))
+    except (TypeError, ValueError, AttributeError) as e:
+        raise MlxfitError(f"mlx-lm cannot quantize this model ({bits} bits, group {group_size}): {_first_line(e)}") from e
+
+
+def _apply_saved_quantization(model: nn.Module, quant: dict) -> None:
+    mode = quant.get("mode", "affine")
+    group_size, bits = QUANT_MODE_DEFAULTS.get(mode, (64, 4))
+    group_size = int(quant.get("group_size") or group_size)
+    bits = int(quant.get("bits") or bits)
+    overrides = {k: v for k, v in quant.items() if isinstance(v, (dict, bool))}
+    quantize(model, bits, group_size, mode, overrides)
+
+
+def build(config: dict) -> nn.Module:
+    """mlx-lm's model of this config, as load_model leaves it; nothing evaluated."""
+    model = _construct(config)
+    _sanitize(model, config)
+    model.set_dtype(checkpoint_dtype(config))
+    quant = _quantization(config)
+    if quant:
+        _apply_saved_quantization(model, quant)
+    if not hasattr(model, "layers") or len(model.layers) == 0:
+        raise NotSizable(f"mlx-lm's {module_name(config)!r} model has no transformer blocks to train")
+    if sum(p.size for _, p in tree_flatten(model.parameters())) == 0:
+        raise MlxfitError("config.json describes a model with no parameters")
+    return model
+
+
+def _config_key(config: dict) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+@lru_cache(maxsize=16)
+def _cached(key: str, bits: int | None, group_size: int | None) -> nn.Module:
+    model = build(json.loads(key))
+    if bits is not None:
+        quantize(model, bits, group_size)
+    try:
+        model.freeze()  # mlx_lm/lora.py train_model
+    except AttributeError as e:  # a model class that never ran nn.Module.__init__
+        raise NotSizable(f"mlx-lm cannot train its {type(model).__module__.split('.')[-1]!r} model: {_first_line(e)}") from e
+    return model
+
+
+def base_model(config: dict, bits: int | None = None, group_size: int | None = None) -> nn.Module:
+    """The lazily built model, frozen, optionally quantized as `mlx_lm.convert -q
+    --q-bits bits --q-group-size group_size` would (QLoRA). Cached: do not mutate."""
+    return _cached(_config_key(config), bits, group_size)
+
+
+def is_quantized(model: nn.Module) -> bool:
+    return any(hasattr(m, "bits") for _, m in model.named_modules())
+
+
+# -- LoRA / DoRA: mlx_lm/tuner/utils.py linear_to_lora_layers ----------------
+
+def _lora_types():
+    switch = import_module("models.switch_layers")
+    lora, dora = import_module("tuner.lora"), import_module("tuner.dora")
+    return switch, lora, dora
+
+
+def default_lora_keys(model: nn.Module) -> set[str]:
+    """Every Linear / SwitchLinear / Embedding (or module with to_lora) of any block."""
+    switch, _, _ = _lora_types()
+    types = (nn.Linear, nn.QuantizedLinear, switch.SwitchLinear, switch.QuantizedSwitchLinear, nn.Embedding, nn.QuantizedEmbedding)
+    keys = set()
+
+    def visit(path, module):
+        if hasattr(module, "to_lora") or isinstance(module, types):
+            keys.add(path)
+
+    for layer in model.layers:
+        layer.apply_to_modules(visit)
+    return keys
+
+
+def to_lora(module: nn.Module, rank: int, scale: float, dropout: float, dora: bool) -> nn.Module:
+    switch, lora, dora_mod = _lora_types()
+    if not dora and hasattr(module, "to_lora"):
+        return module.to_lora(r=rank, scale=scale, dropout=dropout)
+    if isinstance(module, (nn.Linear, nn.QuantizedLinear)):
+        layer = dora_mod.DoRALinear if dora else lora.LoRALinear
+    elif isinstance(module, (switch.SwitchLinear, switch.QuantizedSwitchLinear)):
+        if dora:
+            raise MlxfitError(f"{type(module).__name__} doesn't support DoRA yet (mlx-lm refuses DoRA on MoE experts)")
+        layer = lora.LoRASwitchLinear
+    elif isinstance(module, (nn.Embedding, nn.QuantizedEmbedding)):
+        layer = dora_mod.DoRAEmbedding if dora else lora.LoRAEmbedding
+    else:
+        raise MlxfitError(f"Can't convert layer of type {type(module).__name__} to LoRA")
+    return layer.from_base(module, r=rank, scale=scale, dropout=dropout)
+
+
+def adapted_modules(model: nn.Module, num_layers: int, keys) -> list[tuple[int | None, str, nn.Module]]:
+    """(block index or None for a top-level module, path, module) that
+    linear_to_lora_layers converts: `keys` inside the last num_layers blocks,
+    and top-level modules whose full path is a key."""
+    keys = set(keys)
+    layers = model.layers
+    n = len(layers) if num_layers < 0 else num_layers
+    found = []
+    for i in range(len(layers) - n, len(layers)):
+        found += [(i, k, m) for k, m in layers[i].named_modules() if k in keys]
+    found += [(None, k, m) for k, m in model.named_modules() if k in keys]
+    return found
+
+
+def adapter_parameters(model: nn.Module, num_layers: int, rank: int, dora: bool, keys=None,
+                       scale: float = 20.0, dropout: float = 0.0) -> list[tuple[str, mx.array]]:
+    """The trainable arrays linear_to_lora_layers adds (float32 lora_a/lora_b,
+    DoRA's magnitude), built on the frozen base without changing the model."""
+    keys = default_lora_keys(model) if keys is None else keys
+    params = []
+    for i, path, module in adapted_modules(model, num_layers, keys):
+        prefix = f"layers.{i}.{path}" if i is not None else path
+        try:
+            wrapped = to_lora(module, rank, scale, dropout, dora)
+        except (TypeError, ValueError, AttributeError) as e:
+            raise MlxfitError(f"mlx-lm cannot put LoRA on {path}: {_first_line(e)}") from e
+        params += [(f"{prefix}.{k}", v) for k, v in tree_flatten(wrapped.trainable_parameters())]
+    return params
+
+
+def full_parameters(model: nn.Module, num_layers: int) -> list[tuple[str, mx.array]]:
+    """mlx_lm/lora.py, fine_tune_type full: only the last num_layers blocks unfreeze."""
+    layers = model.layers
+    n = len(layers) if num_layers < 0 else num_layers
+    return [
+        (f"layers.{i}.{k}", v)
+        for i in range(len(layers) - n, len(layers))
+        for k, v in tree_flatten(layers[i].parameters())
+    ]
+
+
+def apply_lora(model: nn.Module, num_layers: int, rank: int, dora: bool, keys=None,
+               scale: float = 20.0, dropout: float = 0.0) -> None:
+    """Wrap the model in place as linear_to_lora_layers does (for the measuring child)."""
+    keys = default_lora_keys(model) if keys is None else set(keys)
+    layers = model.layers
+    for layer in layers[len(layers) - (len(layers) if num_layers < 0 else num_layers):]:
+        converted = [(k, to_lora(m, rank, scale, dropout, dora)) for k, m in layer.named_modules() if k in keys]
+        if converted:
+            layer.update_modules(tree_unflatten(converted))
+    top = [(k, to_lora(m, rank, scale, dropout, dora)) for k, m in model.named_modules() if k in keys]
+    if top:
+        model.update_modules(tree_unflatten(top))
