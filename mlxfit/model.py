@@ -4,11 +4,15 @@ a Hugging Face repo id (config.json only), or a bare size such as `7B`."""
 from __future__ import annotations
 
 import json
+import logging
 import re
+import socket
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from urllib.parse import urlparse
 
 from .architecture import Architecture, architecture_from_config
 from .errors import BadInput, MlxfitError
@@ -216,8 +220,16 @@ def from_hub(repo_id: str) -> ModelInfo:
     cached = try_to_load_from_cache(repo_id, "config.json")
     if isinstance(cached, str):
         return _from_config(repo_id, "hub", read_config_file(Path(cached)))
+    from huggingface_hub import constants
+
+    if not constants.HF_HUB_OFFLINE and not _reachable(constants.ENDPOINT):
+        raise MlxfitError(
+            f"unknown model {repo_id!r}: not a local folder, not in the built-in catalog (`mlxfit models`), "
+            f"not in the Hugging Face cache, and {constants.ENDPOINT} cannot be reached (offline?)"
+        )
     try:
-        path = hf_hub_download(repo_id, "config.json")
+        with _quiet_hub():
+            path = hf_hub_download(repo_id, "config.json", etag_timeout=HUB_TIMEOUT_S)
     except LocalEntryNotFoundError as e:
         raise MlxfitError(
             f"unknown model {repo_id!r}: not a local folder, not in the built-in catalog, "
@@ -230,6 +242,33 @@ def from_hub(repo_id: str) -> ModelInfo:
     except Exception as e:  # network errors come in many types
         raise MlxfitError(f"could not fetch config.json of {repo_id!r}: {e}") from e
     return _from_config(repo_id, "hub", read_config_file(Path(path)))
+
+
+HUB_TIMEOUT_S = 2.5
+
+
+def _reachable(endpoint: str, timeout: float = HUB_TIMEOUT_S) -> bool:
+    """Can a connection to the hub be opened at all? (huggingface_hub retries a
+    failed lookup five times, 8 s apart, before it gives up.)"""
+    parsed = urlparse(endpoint)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        socket.create_connection((parsed.hostname, port), timeout=timeout).close()
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+@contextmanager
+def _quiet_hub():
+    """huggingface_hub logs each retry as a warning; the error is reported once."""
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def resolve_model(spec: str | None) -> ModelInfo:

@@ -99,6 +99,17 @@ def test_hub_id_read_from_the_huggingface_cache(tmp_path):
     assert data["model"]["source"] == "hub" and data["model"]["params"] == 90432
 
 
+def test_unreachable_hub_is_one_line_without_retries(tmp_path):
+    """No network, HF_HUB_OFFLINE unset: one line at once, not five retries 8 s apart."""
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    result = run_fresh_process(["probe", "--model", "nobody/not-a-model"], env)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "Error: unknown model 'nobody/not-a-model': not a local folder, not in the built-in catalog "
+        "(`mlxfit models`), not in the Hugging Face cache, and http://127.0.0.1:9 cannot be reached (offline?)"
+    )
+
+
 def test_unknown_hub_id_offline(tmp_path):
     env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
     result = run_fresh_process(["probe", "--model", "nobody/not-a-model"], env)
