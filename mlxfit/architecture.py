@@ -22,7 +22,7 @@ from .lazy_model import text_config
 from .mlx_lm_modules import MODEL_REMAPPING, installed_model_types
 
 # Kinds of block the fitted terms were measured on (benchmarks/accuracy.py).
-MEASURED_KINDS = ("attention",)
+MEASURED_KINDS = ("attention", "mlp")
 # Families whose sliding-window attention the accuracy grid measured.
 MEASURED_SLIDING_TYPES = ("gemma2", "gemma3", "gemma3_text")
 _ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
@@ -30,8 +30,10 @@ _OUTPUT_NAMES = ("o_proj", "out_proj", "dense", "wo", "c_proj", "o")
 _TOPK_NAMES = ("num_experts_per_tok", "top_k", "n_activated_experts", "moe_topk", "num_selected_experts", "experts_per_token")
 _HEAD_NAMES = ("n_heads", "num_heads", "num_attention_heads", "n_head")
 _KV_NAMES = ("n_kv_heads", "num_key_value_heads", "num_kv_heads", "n_kv_head")
-_LINEAR_MIXERS = ("gateddelta", "linearattention", "lightning", "deltanet", "kimidelta", "shortconv", "conv")
-_SSM_MIXERS = ("mamba", "ssm", "rwkv", "rglru", "recurrent", "mixer")
+# Token mixers by class name: linear attention / convolution, and state-space.
+# A block with a Conv1d mixes tokens by convolution (lfm2, gated delta, KDA).
+_LINEAR_MIXERS = ("gateddelta", "linearattention", "lightning", "deltanet", "deltaattention", "shortconv", "conv1d")
+_SSM_MIXERS = ("mamba", "ssm", "rwkv", "rglru", "recurrent")
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class Linear:
 class Block:
     linears: tuple[Linear, ...]
     norm_params: int  # every parameter outside the linear layers (norms, convolutions, ...)
-    kind: str = "attention"  # attention | sliding | mla | linear | ssm
+    kind: str = "attention"  # attention | sliding | mla | linear | ssm | mlp (no token mixer)
     heads: int = 0  # softmax attention heads (0: no T x T scores)
     kv_heads: int = 0
     head_dim: int = 0
@@ -181,34 +183,41 @@ def _int_attr(module: nn.Module, names) -> int:
     return 0
 
 
+def _classes(block: nn.Module) -> str:
+    return " ".join(type(m).__name__.lower() for _, m in block.named_modules())
+
+
 def _attention(block: nn.Module) -> tuple[str, nn.Module] | tuple[None, None]:
-    """The block's softmax attention (the first, where a block holds a list)."""
-    modules = dict(block.named_modules())
-    for name in _ATTENTION_NAMES:
-        for path in (name, f"{name}.0"):
-            if path in modules:
-                return name, modules[path]
+    """The block's softmax attention, shallowest first (the first of a list)."""
+    modules = sorted(((k, m) for k, m in block.named_modules() if k), key=lambda km: km[0].count("."))
+    for path, module in modules:
+        name = type(module).__name__.lower()
+        if any(k in name for k in _LINEAR_MIXERS + _SSM_MIXERS):
+            continue
+        if "attention" in name or name.endswith(("mha", "mla")):
+            return path, module
     return None, None
 
 
 def _kind(block: nn.Module, index: int, config: dict) -> str:
-    classes = " ".join(type(m).__name__.lower() for _, m in block.named_modules())
-    paths = {k.split(".")[0] for k, _ in block.named_modules() if k}
+    classes = _classes(block)
+    if any(k in classes for k in _SSM_MIXERS):
+        return "ssm"
+    if "linear_attn" in dict(block.named_modules()) or any(k in classes for k in _LINEAR_MIXERS):
+        return "linear"
     _, attention = _attention(block)
     if attention is None:
-        if "linear_attn" in paths or any(k in classes for k in _LINEAR_MIXERS):
-            return "linear"
-        if any(k in classes for k in _SSM_MIXERS):
-            return "ssm"
-    if attention is not None and ("kv_a_proj_with_mqa" in dict(attention.named_modules()) or hasattr(attention, "kv_lora_rank")):
+        return "mlp"
+    if (type(attention).__name__.lower().endswith("mla") or "kv_a_proj_with_mqa" in dict(attention.named_modules())
+            or hasattr(attention, "kv_lora_rank")):
         return "mla"
     layer_types = config.get("layer_types")
     if isinstance(layer_types, list) and index < len(layer_types) and "sliding" in str(layer_types[index]):
         return "sliding"
     for m in (block, attention):
-        if m is not None and any(getattr(m, a, False) is True for a in ("is_sliding", "use_sliding", "is_local")):
+        if any(getattr(m, a, False) is True for a in ("is_sliding", "use_sliding", "is_local")):
             return "sliding"
-    return "attention" if attention is not None else "ssm"
+    return "attention"
 
 
 def _block(block: nn.Module, index: int, config: dict, hidden: int) -> Block:
@@ -223,7 +232,7 @@ def _block(block: nn.Module, index: int, config: dict, hidden: int) -> Block:
     name, attention = _attention(block)
     heads = kv = head_dim = qkv = 0
     qk_norm = False
-    if attention is not None and kind in ("attention", "sliding", "mla"):
+    if kind in ("attention", "sliding", "mla"):
         heads = _int_attr(attention, _HEAD_NAMES) or int(config.get("num_attention_heads") or 0)
         kv = _int_attr(attention, _KV_NAMES) or int(config.get("num_key_value_heads") or heads)
         prefix = name + "."
