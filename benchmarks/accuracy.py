@@ -66,6 +66,28 @@ SMALL_VOCAB = {"qwen3-1k-2l": ("qwen3-16k", {"vocab_size": 1024, "num_hidden_lay
                "llama-as-phi3": ("phi3-8k", {"model_type": "llama"}),
                "llama-wide-1k": ("llama-tied-8k", {"hidden_size": 512, "intermediate_size": 2048, "vocab_size": 1024})}
 RANDOM_ARCHS = list(ARCHS)  # the architectures the random grid cycles through
+# Architectures outside the nine the coefficients were fitted on, sized through
+# mlx-lm's own model (no per-type table): measured after the fit, never fitted.
+_W = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "vocab_size": 8192, "rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "rope_theta": 10000.0}
+NEW_ARCHS = {
+    "gemma-8k": {"model_type": "gemma", **_W, "num_key_value_heads": 1, "head_dim": 64, "num_hidden_layers": 4},
+    "olmo2-8k": {"model_type": "olmo2", **_W, "num_hidden_layers": 6, "tie_word_embeddings": False},
+    "granite-8k": {"model_type": "granite", **_W, "num_hidden_layers": 6, "tie_word_embeddings": True, "logits_scaling": 4.0,
+                   "attention_multiplier": 0.015625, "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+                   "attention_bias": False, "mlp_bias": False},
+    "qwen2moe-8k": {"model_type": "qwen2_moe", **_W, "hidden_size": 128, "num_hidden_layers": 4, "tie_word_embeddings": False,
+                    "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128, "shared_expert_intermediate_size": 256},
+    "gptoss-8k": {"model_type": "gpt_oss", **_W, "hidden_size": 128, "intermediate_size": 128, "num_hidden_layers": 4,
+                  "head_dim": 32, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 128,
+                  "layer_types": ["sliding_attention", "full_attention"] * 2, "tie_word_embeddings": False, "rope_theta": 150000},
+    "lfm2-8k": {"model_type": "lfm2", **_W, "num_hidden_layers": 6, "norm_eps": 1e-5, "conv_bias": False, "conv_L_cache": 3,
+                "block_dim": 256, "block_ff_dim": 768, "block_multiple_of": 256, "block_ffn_dim_multiplier": 1.0,
+                "block_auto_adjust_ff_dim": True, "intermediate_size": 768,
+                "layer_types": ["conv", "conv", "full_attention", "conv", "conv", "full_attention"], "tie_word_embeddings": True},
+    "smollm3-8k": {"model_type": "smollm3", **_W, "num_hidden_layers": 8, "tie_word_embeddings": True, "no_rope_layer_interval": 4},
+}
+ARCHS.update(NEW_ARCHS)
 ARCHS.update({name: dict(ARCHS[base], **change) for name, (base, change) in SMALL_VOCAB.items()})
 _TARGETED = [
     ("phi3-8k", "lora", 1, 512, 4, "adafactor", False), ("llama-as-phi3", "lora", 1, 512, 4, "adafactor", False),
@@ -107,9 +129,25 @@ FRESH = 24  # later draws, measured after the coefficients were fixed: never fit
 
 def grid(seed: int = 7) -> list[dict]:
     """A deterministic random grid (every knob of the issue appears across it),
-    then the targeted configurations."""
+    the targeted configurations, then the architectures outside the fit."""
     size = RANDOM_FITTED + FRESH
-    return random_grid(size, seed) + targeted(size)
+    specs = random_grid(size, seed) + targeted(size)
+    return specs + new_architectures(len(specs))
+
+
+# (method, batch, length, num_layers, grad_checkpoint, optimizer) per new architecture.
+_NEW_RUNS = [("lora", 2, 512, -1, False, "adam"), ("full", 1, 256, -1, False, "adamw"),
+             ("lora", 1, 1024, 4, True, "adam"), ("qlora", 2, 256, -1, False, "adam")]
+
+
+def new_architectures(start: int) -> list[dict]:
+    specs = []
+    for arch in NEW_ARCHS:
+        for method, batch, length, layers, gc, optimizer in _NEW_RUNS:
+            specs.append({"index": start + len(specs), "new_arch": True, "arch": arch, "dtype": "float32", "method": method,
+                          "batch_size": batch, "max_seq_length": length, "rank": 8, "num_layers": layers,
+                          "grad_checkpoint": gc, "optimizer": optimizer})
+    return specs
 
 
 def random_grid(size: int, seed: int) -> list[dict]:
@@ -163,6 +201,8 @@ def subset(spec: dict) -> str:
     or "after-fit" (the last two measured once the coefficients were fixed)."""
     if spec.get("after_fit"):
         return "after-fit"
+    if spec.get("new_arch"):
+        return "new-arch"
     if spec.get("targeted"):
         return "held-out" if spec["index"] % 3 == 0 else "fit"
     if spec["index"] >= RANDOM_FITTED:
@@ -171,7 +211,7 @@ def subset(spec: dict) -> str:
 
 
 def spec_key(spec: dict) -> str:
-    body = {k: v for k, v in spec.items() if k not in ("index", "after_fit")}
+    body = {k: v for k, v in spec.items() if k not in ("index", "after_fit", "new_arch")}
     body["config"] = ARCHS[spec["arch"]]
     return hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -344,7 +384,7 @@ def write(table: list[dict], coefficients: dict) -> str:
         "| set | n | median abs error | worst abs error | worst underestimate |",
         "|---|---|---|---|---|",
     ]
-    sets = [("all", table)] + [(name, [r for r in table if r["set"] == name]) for name in ("fit", "held-out", "fresh", "after-fit")]
+    sets = [("all", table)] + [(name, [r for r in table if r["set"] == name]) for name in ("fit", "held-out", "fresh", "after-fit", "new-arch")]
     for label, rows in sets:
         if not rows:
             continue
