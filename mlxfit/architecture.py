@@ -25,7 +25,7 @@ from .mlx_lm_modules import MODEL_REMAPPING, installed_model_types
 MEASURED_KINDS = ("attention", "mlp")
 # Families whose sliding-window attention the accuracy grid measured.
 MEASURED_SLIDING_TYPES = ("gemma2", "gemma3", "gemma3_text")
-_ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
+_MIXER_NAMES = ("self_attn", "attn", "attention", "self_attention", "linear_attn", "mixer", "conv", "mamba", "norm_attn_norm")
 _OUTPUT_NAMES = ("o_proj", "out_proj", "dense", "wo", "c_proj", "o")
 _TOPK_NAMES = ("num_experts_per_tok", "top_k", "n_activated_experts", "moe_topk", "num_selected_experts", "experts_per_token")
 _HEAD_NAMES = ("n_heads", "num_heads", "num_attention_heads", "n_head")
@@ -144,7 +144,7 @@ class Architecture:
         attention = mlp = norms = 0
         for block in self.blocks:
             for linear in block.linears:
-                if linear.path.split(".")[0] in _ATTENTION_NAMES + ("linear_attn", "mixer", "conv", "mamba"):
+                if linear.path.split(".")[0] in _MIXER_NAMES:
                     attention += linear.params
                 else:
                     mlp += linear.params
@@ -199,6 +199,20 @@ def _attention(block: nn.Module) -> tuple[str, nn.Module] | tuple[None, None]:
     return None, None
 
 
+def _mixer_path(block: nn.Module) -> str | None:
+    """Where the block mixes tokens: its attention, else its linear-attention,
+    convolution or state-space module (a Conv1d's parent)."""
+    path, _ = _attention(block)
+    if path is not None:
+        return path
+    modules = sorted(((k, m) for k, m in block.named_modules() if k), key=lambda km: km[0].count("."))
+    for path, module in modules:
+        name = type(module).__name__.lower()
+        if any(k in name for k in _LINEAR_MIXERS + _SSM_MIXERS):
+            return path.rpartition(".")[0] or path if name == "conv1d" else path
+    return None
+
+
 def _kind(block: nn.Module, index: int, config: dict) -> str:
     classes = _classes(block)
     if any(k in classes for k in _SSM_MIXERS):
@@ -229,24 +243,26 @@ def _block(block: nn.Module, index: int, config: dict, hidden: int) -> Block:
             inside += sum(p.size for _, p in tree_flatten(module.parameters()))
     total = sum(p.size for _, p in tree_flatten(block.parameters()))
     kind = _kind(block, index, config)
-    name, attention = _attention(block)
-    heads = kv = head_dim = qkv = 0
+    mixer = _mixer_path(block)
+    prefix = f"{mixer}." if mixer else None
+    in_mixer = [l for l in linears if prefix and l.path.startswith(prefix)]
+    # The mixer's input projections (q, k, v; a linear attention's or SSM's in_proj).
+    inputs = [l for l in in_mixer if l.in_features == hidden and l.path.split(".")[-1] not in _OUTPUT_NAMES]
+    qkv = sum(l.out_features for l in inputs)
+    heads = kv = head_dim = 0
     qk_norm = False
     if kind in ("attention", "sliding", "mla"):
+        _, attention = _attention(block)
         heads = _int_attr(attention, _HEAD_NAMES) or int(config.get("num_attention_heads") or 0)
         kv = _int_attr(attention, _KV_NAMES) or int(config.get("num_key_value_heads") or heads)
-        prefix = name + "."
-        inputs = [l for l in linears if l.path.startswith(prefix) and l.in_features == hidden
-                  and l.path.split(".")[-1] not in _OUTPUT_NAMES]
-        qkv = sum(l.out_features for l in inputs)
         q_out = next((l.out_features for l in inputs if l.path.endswith("q_proj")), 0)
         head_dim = (_int_attr(attention, ("head_dim", "head_size")) or (q_out // heads if q_out and heads else 0)
                     or int(config.get("head_dim") or 0) or (hidden // heads if heads else 0))
         qk_norm = "q_norm" in attention and "k_norm" in attention
     experts = max((l.experts for l in linears), default=1)
     expert_down = [l for l in linears if l.experts > 1 and l.out_features == hidden]
-    dense_down = [l for l in linears if l.experts == 1 and l.out_features == hidden and not l.path.startswith(tuple(
-        n + "." for n in _ATTENTION_NAMES + ("linear_attn", "mixer"))) and l.in_features != hidden]
+    dense_down = [l for l in linears if l.experts == 1 and l.out_features == hidden and l.in_features != hidden
+                  and l not in in_mixer]
     topk = 0
     if experts > 1:
         topk = next((v for _, m in block.named_modules() if (v := _int_attr(m, _TOPK_NAMES))), 0)
