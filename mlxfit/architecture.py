@@ -139,6 +139,28 @@ class Architecture:
     def params(self) -> int:
         return sum(self.part_params().values())
 
+    @property
+    def active_params(self) -> int:
+        """Parameters a token runs through: each MoE block's k of E experts."""
+        inactive = 0
+        for b in self.blocks:
+            if b.is_moe and b.experts_per_token:
+                experts = sum(l.params for l in b.linears if l.experts == b.experts)
+                inactive += experts * (b.experts - b.experts_per_token) // b.experts
+        return self.params - inactive
+
+    def describe(self) -> str:
+        """A few words: depth, the kinds of block where not all are full attention, experts."""
+        words = {"attention": "attention", "sliding": "sliding", "mla": "MLA", "linear": "linear/conv",
+                 "ssm": "SSM", "mlp": "MLP-only"}
+        parts = [f"{self.num_layers} blocks"]
+        if self.kinds != ["attention"]:
+            counts = {k: sum(b.kind == k for b in self.blocks) for k in self.kinds}
+            parts.append("+".join(f"{n} {words.get(k, k)}" for k, n in counts.items()))
+        if self.is_moe:
+            parts.append(f"MoE {self.num_experts}×top-{self.experts_per_token}")
+        return ", ".join(parts)
+
     def part_params(self) -> dict[str, int]:
         """Parameter counts by named part, in the spirit of nanoGPT's sizing."""
         attention = mlp = norms = 0

@@ -239,14 +239,11 @@ def fits(memory, gpu_memory, reserve, json_):
 def models(json_):
     """List the built-in catalog (works offline; ids as on the Hugging Face Hub)."""
     from . import render
-    from .model import catalog, from_catalog
+    from .model import catalog_rows
 
-    rows = []
-    for hub_id, _ in catalog().values():
-        info = from_catalog(hub_id)
-        rows.append((hub_id, info.model_type, info.params))
+    rows = catalog_rows()
     if json_:
-        render.print_json({"models": [{"id": i, "model_type": t, "params": p} for i, t, p in rows]})
+        render.print_json({"models": rows})
     else:
         render.render_models(rows)
 

@@ -59,10 +59,46 @@ class ModelInfo:
 
 
 @lru_cache(maxsize=1)
+def _catalog_entries() -> list[dict]:
+    text = resources.files("mlxfit").joinpath("data/catalog.json").read_text()
+    return json.loads(text)["models"]
+
+
+@lru_cache(maxsize=1)
 def catalog() -> dict[str, tuple[str, dict]]:
     """Lower-cased hub id -> (hub id, config), from the shipped data file."""
-    text = resources.files("mlxfit").joinpath("data/catalog.json").read_text()
-    return {m["id"].lower(): (m["id"], m["config"]) for m in json.loads(text)["models"]}
+    return {m["id"].lower(): (m["id"], m["config"]) for m in _catalog_entries()}
+
+
+_SIZE_TOKEN = re.compile(r"^(\d+(\.\d+)?[bBmM]|\d+x\d+[bB]|[aA]\d+[bB]|\d+k)$")
+
+
+def family(model_id: str) -> str:
+    """The name before the size: Llama-3.2-1B-Instruct -> Llama 3.2."""
+    words = []
+    for word in model_id.split("/")[-1].split("-"):
+        if _SIZE_TOKEN.match(word) or word.lower() in ("instruct", "it", "base", "chat"):
+            break
+        words.append(word)
+    return " ".join(words) or model_id
+
+
+def catalog_rows() -> list[dict]:
+    """What `mlxfit models` lists: family, size and architecture of each entry."""
+    rows = []
+    for entry in _catalog_entries():
+        info = from_catalog(entry["id"])
+        arch = info.architecture
+        rows.append({
+            "id": entry["id"],
+            "family": entry.get("family") or family(entry["id"]),
+            "model_type": info.model_type,
+            "params": info.params,
+            "active_params": arch.active_params if arch else info.params,
+            "architecture": arch.describe() if arch else info.rule_only_reason,
+            "quantized": info.quantized,
+        })
+    return rows
 
 
 def _storage(config: dict) -> tuple[int, int | None, str]:

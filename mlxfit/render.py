@@ -248,14 +248,23 @@ def render_fits(table_data: FitsTable) -> None:
     console.print("[dim]Rule of thumb (SPEC §2). GB = 10^9 bytes.[/]")
 
 
-def render_models(rows: list[tuple[str, str, int]]) -> None:
+def render_models(rows: list[dict]) -> None:
+    """By family: id, size (active parameters of MoE models) and architecture."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("id")
-    table.add_column("architecture")
-    table.add_column("parameters", justify="right")
-    for model_id, model_type, params in rows:
-        table.add_row(model_id, model_type, format_count(params))
+    table.add_column("family / id", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("architecture", min_width=24)
+    last = None
+    for r in rows:
+        if r["family"] != last:
+            table.add_row(Text(r["family"], style="bold"), "", "")
+            last = r["family"]
+        arch = f"{r['model_type']}, {r['architecture']}"
+        if r["active_params"] < r["params"]:
+            arch += f", {format_count(r['active_params'])} active"
+        table.add_row(f"  {r['id']}", format_count(r["params"]), arch)
     console.print(table)
+    console.print("[dim]mlx-community/<name>-4bit (-8bit, -bf16) names resolve to the same architecture with that storage.[/]")
 
 
 @contextmanager

@@ -53,8 +53,8 @@ def format_size(n_bytes: float) -> str:
 
 def format_count(n: int) -> str:
     """Parameter counts the way model cards write them: 7.62B, 494M."""
-    if n >= 10**9:
+    if n >= 999.5 * 10**6:  # 999,885,952 is "1.00B", not "1000M"
         return f"{n / 1e9:.2f}B"
-    if n >= 10**6:
+    if n >= 999.5 * 10**3:
         return f"{n / 1e6:.0f}M"
     return f"{n / 1e3:.0f}K"

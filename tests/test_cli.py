@@ -141,8 +141,14 @@ def test_memory_gib_unit(platform):
 
 
 def test_models_lists_the_catalog():
-    ids = {m["id"] for m in run_json("models")["models"]}
-    assert {"Qwen/Qwen3-30B-A3B", "mistralai/Mixtral-8x7B-Instruct-v0.1", "google/gemma-3-1b-it"} <= ids
+    rows = {m["id"]: m for m in run_json("models")["models"]}
+    assert {"Qwen/Qwen3-30B-A3B", "mistralai/Mixtral-8x7B-Instruct-v0.1", "google/gemma-3-1b-it"} <= set(rows)
+    moe = rows["Qwen/Qwen3-30B-A3B"]
+    assert (moe["family"], moe["params"]) == ("Qwen3", 30_532_122_624)
+    assert moe["active_params"] < moe["params"] / 8 and "MoE 128×top-8" in moe["architecture"]
+    assert "sliding" in rows["google/gemma-3-1b-it"]["architecture"]
+    text = run("models").output
+    assert "Llama 3.2" in text and "meta-llama/Llama-3.2-1B-Instruct" in text
 
 
 def test_help_and_version():
