@@ -251,3 +251,21 @@ def test_probe_warns_where_the_estimate_has_measured_low(platform):
     assert any("17% above the estimate" in note for note in partial["advice"])
     for other in (("--method", "full", "--num-layers", "-1"), ("--method", "lora", "--num-layers", "8")):
         assert not any("above the estimate" in note for note in run_json(*base, *other)["advice"])
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"hidden_size": 0}, "config.json field 'hidden_size' must be positive, got 0"),
+        ({"vocab_size": -10}, "config.json field 'vocab_size' must be positive, got -10"),
+        ({"hidden_size": "wide"}, "config.json field 'hidden_size' must be an integer, got 'wide'"),
+        ({"num_attention_heads": 3, "num_key_value_heads": 1},
+         "config.json: hidden_size (64) is not a multiple of num_attention_heads (3) and there is no head_dim"),
+        ({"num_attention_heads": 4, "num_key_value_heads": 3},
+         "config.json: num_attention_heads (4) is not a multiple of num_key_value_heads (3)"),
+    ],
+)
+def test_bad_config_values_are_one_line(model_folder, change, message):
+    result = CliRunner().invoke(cli, ["probe", "--model", str(model_folder({**TINY["llama"], **change}))])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: {message}"
