@@ -205,13 +205,13 @@ def _int_attr(module: nn.Module, names) -> int:
     return 0
 
 
-def _classes(block: nn.Module) -> str:
-    return " ".join(type(m).__name__.lower() for _, m in block.named_modules())
+def _submodules(block: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(path, module) of everything inside a block, shallowest first."""
+    return sorted(((k, m) for k, m in block.named_modules() if k), key=lambda km: km[0].count("."))
 
 
-def _attention(block: nn.Module) -> tuple[str, nn.Module] | tuple[None, None]:
+def _attention(modules) -> tuple[str, nn.Module] | tuple[None, None]:
     """The block's softmax attention, shallowest first (the first of a list)."""
-    modules = sorted(((k, m) for k, m in block.named_modules() if k), key=lambda km: km[0].count("."))
     for path, module in modules:
         name = type(module).__name__.lower()
         if any(k in name for k in _LINEAR_MIXERS + _SSM_MIXERS):
@@ -221,13 +221,12 @@ def _attention(block: nn.Module) -> tuple[str, nn.Module] | tuple[None, None]:
     return None, None
 
 
-def _mixer_path(block: nn.Module) -> str | None:
+def _mixer_path(modules) -> str | None:
     """Where the block mixes tokens: its attention, else its linear-attention,
     convolution or state-space module (a Conv1d's parent)."""
-    path, _ = _attention(block)
+    path, _ = _attention(modules)
     if path is not None:
         return path
-    modules = sorted(((k, m) for k, m in block.named_modules() if k), key=lambda km: km[0].count("."))
     for path, module in modules:
         name = type(module).__name__.lower()
         if any(k in name for k in _LINEAR_MIXERS + _SSM_MIXERS):
@@ -235,13 +234,13 @@ def _mixer_path(block: nn.Module) -> str | None:
     return None
 
 
-def _kind(block: nn.Module, index: int, config: dict) -> str:
-    classes = _classes(block)
+def _kind(block: nn.Module, modules, index: int, config: dict) -> str:
+    classes = " ".join(type(m).__name__.lower() for _, m in modules)
     if any(k in classes for k in _SSM_MIXERS):
         return "ssm"
-    if "linear_attn" in dict(block.named_modules()) or any(k in classes for k in _LINEAR_MIXERS):
+    if any(path == "linear_attn" for path, _ in modules) or any(k in classes for k in _LINEAR_MIXERS):
         return "linear"
-    _, attention = _attention(block)
+    _, attention = _attention(modules)
     if attention is None:
         return "mlp"
     if (type(attention).__name__.lower().endswith("mla") or "kv_a_proj_with_mqa" in dict(attention.named_modules())
@@ -257,15 +256,16 @@ def _kind(block: nn.Module, index: int, config: dict) -> str:
 
 
 def _block(block: nn.Module, index: int, config: dict, hidden: int) -> Block:
+    modules = _submodules(block)
     linears, inside = [], 0
-    for path, module in block.named_modules():
-        if path and _is_linear(module):
+    for path, module in modules:
+        if _is_linear(module):
             n_in, n_out, experts = _dims(module)
             linears.append(Linear(path, n_in, n_out, "bias" in module, experts))
             inside += sum(p.size for _, p in tree_flatten(module.parameters()))
     total = sum(p.size for _, p in tree_flatten(block.parameters()))
-    kind = _kind(block, index, config)
-    mixer = _mixer_path(block)
+    kind = _kind(block, modules, index, config)
+    mixer = _mixer_path(modules)
     prefix = f"{mixer}." if mixer else None
     in_mixer = [l for l in linears if prefix and l.path.startswith(prefix)]
     # The mixer's input projections (q, k, v; a linear attention's or SSM's in_proj).
@@ -274,7 +274,7 @@ def _block(block: nn.Module, index: int, config: dict, hidden: int) -> Block:
     heads = kv = head_dim = 0
     qk_norm = False
     if kind in ("attention", "sliding", "mla"):
-        _, attention = _attention(block)
+        _, attention = _attention(modules)
         heads = _int_attr(attention, _HEAD_NAMES) or int(config.get("num_attention_heads") or 0)
         kv = _int_attr(attention, _KV_NAMES) or int(config.get("num_key_value_heads") or heads)
         q_out = next((l.out_features for l in inputs if l.path.endswith("q_proj")), 0)
@@ -287,7 +287,7 @@ def _block(block: nn.Module, index: int, config: dict, hidden: int) -> Block:
                   and l not in in_mixer]
     topk = 0
     if experts > 1:
-        topk = next((v for _, m in block.named_modules() if (v := _int_attr(m, _TOPK_NAMES))), 0)
+        topk = next((v for _, m in [("", block)] + modules if (v := _int_attr(m, _TOPK_NAMES))), 0)
         topk = topk or int(text_config(config).get("num_experts_per_tok") or 2)
     return Block(
         linears=tuple(linears),

@@ -210,14 +210,16 @@ def _cached(key: str, bits: int | None, group_size: int | None) -> nn.Module:
     if bits is not None:
         quantize(model, bits, group_size)
     try:
-        model.freeze()  # mlx_lm/lora.py train_model
+        # mlx_lm/lora.py train_model freezes the model first (adapted layers are
+        # frozen one by one in adapter_parameters; walking every module is slow).
+        model.freeze(recurse=False)
     except AttributeError as e:  # a model class that never ran nn.Module.__init__
         raise NotSizable(f"mlx-lm cannot train its {type(model).__module__.split('.')[-1]!r} model: {_first_line(e)}") from e
     return model
 
 
 def base_model(config: dict, bits: int | None = None, group_size: int | None = None) -> nn.Module:
-    """The lazily built model, frozen, optionally quantized as `mlx_lm.convert -q
+    """The lazily built model, optionally quantized as `mlx_lm.convert -q
     --q-bits bits --q-group-size group_size` would (QLoRA). Cached: do not mutate."""
     return _cached(_config_key(config), bits, group_size)
 
@@ -234,8 +236,20 @@ def _lora_types():
     return switch, lora, dora
 
 
+_KEYS: dict[int, tuple] = {}
+
+
 def default_lora_keys(model: nn.Module) -> set[str]:
     """Every Linear / SwitchLinear / Embedding (or module with to_lora) of any block."""
+    cached = _KEYS.get(id(model))
+    if cached is not None and cached[0] is model:
+        return cached[1]
+    keys = _default_lora_keys(model)
+    _KEYS[id(model)] = (model, keys)
+    return keys
+
+
+def _default_lora_keys(model: nn.Module) -> set[str]:
     switch, _, _ = _lora_types()
     types = (nn.Linear, nn.QuantizedLinear, switch.SwitchLinear, switch.QuantizedSwitchLinear, nn.Embedding, nn.QuantizedEmbedding)
     keys = set()
@@ -285,14 +299,20 @@ def adapter_parameters(model: nn.Module, num_layers: int, rank: int, dora: bool,
     """The trainable arrays linear_to_lora_layers adds (float32 lora_a/lora_b,
     DoRA's magnitude), built on the frozen base without changing the model."""
     keys = default_lora_keys(model) if keys is None else keys
-    params = []
+    params, seen = [], {}
     for i, path, module in adapted_modules(model, num_layers, keys):
         prefix = f"layers.{i}.{path}" if i is not None else path
-        try:
-            wrapped = to_lora(module, rank, scale, dropout, dora)
-        except (TypeError, ValueError, AttributeError) as e:
-            raise MlxfitError(f"mlx-lm cannot put LoRA on {path}: {_first_line(e)}") from e
-        params += [(f"{prefix}.{k}", v) for k, v in tree_flatten(wrapped.trainable_parameters())]
+        # Layers of one type and shape get adapters of one shape: convert one of each.
+        signature = (type(module), tuple(module["weight"].shape) if "weight" in module else None,
+                     getattr(module, "bits", None), getattr(module, "group_size", None))
+        if signature not in seen:
+            module.freeze()  # as mlx_lm/lora.py's model.freeze() left it
+            try:
+                wrapped = to_lora(module, rank, scale, dropout, dora)
+            except (TypeError, ValueError, AttributeError) as e:
+                raise MlxfitError(f"mlx-lm cannot put LoRA on {path}: {_first_line(e)}") from e
+            seen[signature] = tree_flatten(wrapped.trainable_parameters())
+        params += [(f"{prefix}.{k}", v) for k, v in seen[signature]]
     return params
 
 
