@@ -151,12 +151,12 @@ class Architecture:
 
     def describe(self) -> str:
         """A few words: depth, the kinds of block where not all are full attention, experts."""
-        words = {"attention": "attention", "sliding": "sliding", "mla": "MLA", "linear": "linear/conv",
+        words = {"attention": "attn", "sliding": "sliding", "mla": "MLA", "linear": "linear/conv",
                  "ssm": "SSM", "mlp": "MLP-only"}
         parts = [f"{self.num_layers} blocks"]
         if self.kinds != ["attention"]:
             counts = {k: sum(b.kind == k for b in self.blocks) for k in self.kinds}
-            parts.append("+".join(f"{n} {words.get(k, k)}" for k, n in counts.items()))
+            parts.append(" + ".join(f"{n} {words.get(k, k)}" for k, n in counts.items()))
         if self.is_moe:
             parts.append(f"MoE {self.num_experts}×top-{self.experts_per_token}")
         return ", ".join(parts)

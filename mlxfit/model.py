@@ -70,7 +70,7 @@ def catalog() -> dict[str, tuple[str, dict]]:
     return {m["id"].lower(): (m["id"], m["config"]) for m in _catalog_entries()}
 
 
-_SIZE_TOKEN = re.compile(r"^(\d+(\.\d+)?[bBmM]|\d+x\d+[bB]|[aA]\d+[bB]|\d+k)$")
+_SIZE_TOKEN = re.compile(r"^(\d+(\.\d+)?[bBmM]|\d+x\d+[bB]|[aAeE]\d+[bB]|\d+k)$")
 
 
 def family(model_id: str) -> str:
@@ -98,7 +98,8 @@ def catalog_rows() -> list[dict]:
             "architecture": arch.describe() if arch else info.rule_only_reason,
             "quantized": info.quantized,
         })
-    return rows
+    order = {f: i for i, f in reversed(list(enumerate(r["family"] for r in rows)))}
+    return sorted(rows, key=lambda r: order[r["family"]])
 
 
 def _storage(config: dict) -> tuple[int, int | None, str]:

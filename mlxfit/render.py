@@ -249,21 +249,24 @@ def render_fits(table_data: FitsTable) -> None:
 
 
 def render_models(rows: list[dict]) -> None:
-    """By family: id, size (active parameters of MoE models) and architecture."""
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("family / id", no_wrap=True)
-    table.add_column("size", justify="right", no_wrap=True)
-    table.add_column("architecture", min_width=24)
+    """By family: id, size and architecture (active parameters of MoE models);
+    the architecture goes on its own line where the terminal is too narrow."""
+    id_width = max(len(r["id"]) for r in rows) + 2
     last = None
+    console.print(f"[bold]{'family / id':<{id_width}}  {'size':>7}  architecture[/]")
     for r in rows:
         if r["family"] != last:
-            table.add_row(Text(r["family"], style="bold"), "", "")
+            console.print(Text(r["family"], style="bold"))
             last = r["family"]
         arch = f"{r['model_type']}, {r['architecture']}"
         if r["active_params"] < r["params"]:
             arch += f", {format_count(r['active_params'])} active"
-        table.add_row(f"  {r['id']}", format_count(r["params"]), arch)
-    console.print(table)
+        line = f"  {r['id']:<{id_width - 2}}  {format_count(r['params']):>7}"
+        if len(line) + 2 + len(arch) <= console.width:
+            console.print(Text(f"{line}  {arch}"))
+        else:
+            console.print(Text(line))
+            console.print(Text(f"      {arch}", style="dim"))
     console.print("[dim]mlx-community/<name>-4bit (-8bit, -bf16) names resolve to the same architecture with that storage.[/]")
 
 
