@@ -40,7 +40,7 @@ def read_hostfile(path: Path, readings: PlatformReadings, reserve=None) -> list[
     except OSError as e:
         raise MlxfitError(f"cannot read hostfile {path}: {e.strerror}") from e
     except json.JSONDecodeError as e:
-        raise MlxfitError(f"hostfile {path} is not valid JSON: {e.msg} at line {e.lineno}") from e
+        raise MlxfitError(f"hostfile {path} is not valid JSON: {e.msg.removesuffix(' at')} at line {e.lineno}") from e
     entries = data.get("hosts") if isinstance(data, dict) else data
     if not isinstance(entries, list) or not entries:
         raise MlxfitError(f"hostfile {path} lists no hosts")
