@@ -137,8 +137,8 @@ def build_machine(
         if unified and total % GB == 0 and total // GB in APPLE_MEMORY_SIZES:
             size = total // GB
             warnings = (
-                f"a Mac sold as {size}GB has {size} GiB ({format_gb(size * GiB)}); --memory {size}GB plans "
-                f"for {format_gb(total)}: give --memory {size}GiB to plan the whole machine",
+                f"Macs sold as {size}GB have {size} GiB ({format_gb(size * GiB)}); "
+                f"--memory {size}GiB plans for all of it",
             )
         return Machine(
             total_bytes=total,

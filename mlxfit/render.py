@@ -20,6 +20,7 @@ console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
+VERDICT_MARK = {"fits": "✓", "tight": "!", "does not fit": "✗"}
 SOURCE_LABEL = {
     "local": "local folder",
     "catalog": "built-in catalog",
@@ -59,7 +60,8 @@ def print_fields(label: str, fields: list, sep: str = " · ", indent: int = 9, o
     line.append(" " * max(indent - len(label), 1))
     for i, field in enumerate(fields):
         piece = Text.from_markup(field) if isinstance(field, str) else field
-        if i and len(line.plain) + len(sep) + len(piece.plain) > width:
+        last = i == len(fields) - 1
+        if i and len(line.plain) + len(sep) + len(piece.plain) + (0 if last else len(sep.rstrip())) > width:
             line.append(sep.rstrip())
             out.print(line, soft_wrap=True)
             line = Text(" " * indent) + piece
@@ -225,7 +227,7 @@ def run_fields(plan: Plan) -> list[str]:
     training, model = plan.training, plan.model
     fields = [run_label(training)]
     if model.architecture is None:
-        return fields + ["rule of thumb: moderate lengths and small batches (batch, length and layers not counted)"]
+        return fields + ["rule of thumb: batch, length and layers not counted"]
     fields.append("all layers" if training.num_layers == -1 else f"last {training.num_layers} layers")
     if plan.length is not None:
         width = min(plan.length, training.max_seq_length)
@@ -260,7 +262,7 @@ def render_plan(plan: Plan, nodes: str | None = None) -> None:
     print_fields("Machine", machine)
     model_bits = f"{model.bits}-bit quantized" if model.quantized else model.dtype
     print_fields("Model", [
-        model.id, model.model_type or "no architecture",
+        model.id, *([model.model_type] if model.model_type else []),
         f"{format_count(model.params)} parameters ({model.params:,})", model_bits, f"from {SOURCE_LABEL[model.source]}",
     ])
     if plan.calibration is not None:
@@ -441,14 +443,14 @@ def render_fits(table_data: FitsTable) -> None:
         for method in ("lora", "qlora", "full"):
             need = ref.estimates[method]
             v = verdict(need, usable)
-            cells.append(Text(format_gb(need, 0), style=VERDICT_STYLE[v]))
+            cells.append(Text(f"{format_gb(need, 0)} {VERDICT_MARK[v]}", style=VERDICT_STYLE[v]))
         detail.add_row(f"{size:g}B", ref.model.id.split("/")[-1], *cells)
     console.print(detail)
     t = first.training
     print_hanging(
         f"[dim]At batch {t.batch_size} × {tokens(t.max_seq_length)}, the last {t.num_layers} layers, rank {t.rank} "
-        f"(mlx-lm's defaults, every batch full length: the worst case), {first.backend} backend; green fits, "
-        "red does not. Attention scores and logits grow with batch × length, which the rule leaves out: "
+        f"(mlx-lm's defaults, every batch full length: the worst case), {first.backend} backend; ✓ fits, "
+        "! tight, ✗ does not fit. Attention scores and logits grow with batch × length, which the rule leaves out: "
         "probe a model with your own --batch-size, --max-seq-length or --data for a plan.[/]",
         indent=0,
     )
