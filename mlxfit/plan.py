@@ -79,9 +79,11 @@ class Remedy:
     why: str
     new_bytes: int | None = None
     fits: bool | None = None
+    verdict: str | None = None  # fits / tight / does not fit, where sized
 
     def to_dict(self) -> dict:
-        return {"change": self.change, "why": self.why, "new_bytes": self.new_bytes, "fits": self.fits}
+        return {"change": self.change, "why": self.why, "new_bytes": self.new_bytes, "fits": self.fits,
+                "verdict": self.verdict}
 
 
 @dataclass(frozen=True)
@@ -202,15 +204,15 @@ def rule_remedies(machine: Machine, model: ModelInfo, training: TrainingConfig) 
     found = []
     if method != "qlora":
         need = rule_bytes("qlora", model.params)
-        found.append(Remedy("--method qlora", "by the rule of thumb: the 4-bit base takes about a quarter of a 16-bit one", need, need <= usable))
+        found.append(Remedy("--method qlora", "by the rule of thumb: the 4-bit base takes about a quarter of a 16-bit one", need, need <= usable, verdict(need, usable)))
     if method == "full":
         need = rule_bytes("lora", model.params)
-        found.append(Remedy("--fine-tune-type lora", "by the rule of thumb: LoRA instead of full fine-tuning", need, need <= usable))
+        found.append(Remedy("--fine-tune-type lora", "by the rule of thumb: LoRA instead of full fine-tuning", need, need <= usable, verdict(need, usable)))
     largest = largest_fitting_params(method, usable)
     if largest > 0:
         found.append(Remedy(f"a model of at most {format_count(largest)} parameters",
                             f"by the rule of thumb, the largest that fits {format_gb(usable)} with {method}",
-                            rule_bytes(method, largest), True))
+                            rule_bytes(method, largest), True, verdict(rule_bytes(method, largest), usable)))
     else:
         found.append(Remedy("a smaller model", f"even a tiny model does not fit {format_gb(usable)} with {method}"))
     return tuple(found)
@@ -243,7 +245,7 @@ def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, back
             singles = remedies.single_changes(machine, model, training, backend, calibration, length, data)
             plan = replace(
                 plan,
-                remedies=tuple(Remedy(o.flags, o.changes[-1].costs, o.new_bytes, o.fits) for o in singles),
+                remedies=tuple(Remedy(o.flags, o.changes[-1].costs, o.new_bytes, o.fits, o.verdict) for o in singles),
                 options=remedies.search(machine, model, training, backend, calibration, length, data),
             )
     return plan

@@ -388,8 +388,8 @@ def render_remedies(plan: Plan) -> None:
             if r.new_bytes is None:
                 result = ""
             else:
-                word = "fits" if r.fits else "does not fit"
-                result = f" → {format_gb(r.new_bytes)}, [{VERDICT_STYLE['fits' if r.fits else 'does not fit']}]{word}[/]"
+                word = r.verdict or ("fits" if r.fits else "does not fit")
+                result = f" → {format_gb(r.new_bytes)}, [{VERDICT_STYLE[word]}]{word}[/]"
             print_hanging(f"  [bold]{r.change}[/]{result} · [dim]{r.why}[/]", indent=4)
 
 
