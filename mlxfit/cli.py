@@ -126,8 +126,10 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     if resolved.data:
         stats = read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet=json_)
     if host_list:
-        # Every node holds the whole model: the smallest node is the one to plan for.
-        machine = min((h.machine for h in host_list), key=lambda m: m.usable_bytes)
+        from .hosts import smallest
+
+        tightest = smallest(host_list)
+        machine = tightest.machine
     else:
         machine = get_machine(memory, gpu_memory, reserve)
     length = stats.worst_batch_tokens if stats else None
@@ -158,8 +160,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
             render.render_data(stats)
         nodes = None
         if host_list:
-            smallest = next(h.name for h in host_list if h.machine is machine)
-            nodes = f"per node: {len(host_list)} hosts in {hostfile}, planned for the smallest ({smallest})"
+            nodes = f"per node: {len(host_list)} hosts in {hostfile}, planned for the smallest ({tightest.name})"
         render.render_plan(plan, nodes=nodes)
         render.render_advice(advice)
         if host_checks is not None:

@@ -56,3 +56,8 @@ def read_hostfile(path: Path, readings: PlatformReadings, reserve=None) -> list[
             raise MlxfitError(f"hostfile {path}: host {entry['ssh']!r}: {e}") from e
         hosts.append(Host(entry["ssh"], build_machine(readings, reserve=reserve, memory=memory)))
     return hosts
+
+
+def smallest(hosts: list[Host]) -> Host:
+    """Every node holds the whole model: the one with the least budget decides."""
+    return min(hosts, key=lambda h: h.machine.usable_bytes)

@@ -7,6 +7,7 @@ never print.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from .estimate import Breakdown, estimate
 from .machine import Machine
@@ -108,14 +109,19 @@ class Reference:
         }
 
 
+@lru_cache(maxsize=1)
+def catalog_models() -> tuple[ModelInfo, ...]:
+    """Every catalog model with its architecture, built once per process."""
+    from .model import catalog, from_catalog
+
+    return tuple(m for m in (from_catalog(hub_id) for hub_id, _ in catalog().values()) if m.architecture is not None)
+
+
 def nearest_catalog_model(params: int) -> ModelInfo | None:
     """The dense catalog model whose size is nearest (by ratio) to `params`."""
     import math
 
-    from .model import catalog, from_catalog
-
-    models = [from_catalog(hub_id) for hub_id, _ in catalog().values()]
-    dense = [m for m in models if m.architecture is not None and not m.architecture.is_moe]
+    dense = [m for m in catalog_models() if not m.architecture.is_moe]
     if not dense or params <= 0:
         return None
     return min(dense, key=lambda m: abs(math.log(m.params / params)))

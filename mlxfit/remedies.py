@@ -286,15 +286,10 @@ def smaller_model(machine, model: ModelInfo, training: TrainingConfig, backend: 
     """The largest catalog model smaller than this one that fits by the detailed
     estimate, at these settings (or with checkpointing and a smaller batch added,
     when `speed_changes`). Same architecture family first."""
-    from .model import catalog, from_catalog
+    from .plan import catalog_models
 
     size = _sizer(backend, calibration, length, machine.usable_bytes)
-    candidates = []
-    for hub_id, _ in catalog().values():
-        other = from_catalog(hub_id)
-        if other.architecture is None or other.params >= model.params:
-            continue
-        candidates.append(other)
+    candidates = [other for other in catalog_models() if other.params < model.params]
     same = [m for m in candidates if m.model_type == model.model_type]
     for group in (same, [m for m in candidates if m.model_type != model.model_type]):
         for other in sorted(group, key=lambda m: -m.params):
