@@ -56,6 +56,9 @@ def handle_errors(fn):
                 raise
             if e.exit_code == 2:
                 raise click.UsageError(str(e)) from None
+            if e.exit_code != 1:  # 130: interrupted
+                click.echo(f"Error: {e}", err=True)
+                click.get_current_context().exit(e.exit_code)
             raise click.ClickException(str(e)) from None
 
     return wrapper

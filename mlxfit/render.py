@@ -234,7 +234,7 @@ def run_fields(plan: Plan) -> list[str]:
         fields.append(f"batch {training.batch_size} × {tokens(width)} (your data's widest batch; "
                       f"--max-seq-length {training.max_seq_length})")
     else:
-        fields.append(f"batch {training.batch_size} × {tokens(training.max_seq_length)} (worst case: no --data)")
+        fields.append(f"batch {training.batch_size} × {tokens(training.max_seq_length)} (the worst case; --data sizes yours)")
     if training.grad_accumulation_steps > 1:
         fields.append(f"{training.grad_accumulation_steps} accumulation steps")
     if training.fine_tune_type != "full":
@@ -589,10 +589,11 @@ def render_config_notes(resolved) -> None:
 
 def render_data(stats) -> None:
     approx = " (approximate: no tokenizer)" if stats.approximate else ""
-    console.print(
-        f"[bold]Data[/]     {stats.file} · {stats.format} · {stats.examples:,} examples · tokens p50 {stats.p50}"
-        f" · p90 {stats.p90} · p99 {stats.p99} · max {stats.max} · widest batch {stats.worst_batch_tokens}{approx}"
-    )
+    print_fields("Data", [
+        str(stats.file), stats.format, f"{stats.examples:,} examples",
+        f"tokens p50 {stats.p50} · p90 {stats.p90} · p99 {stats.p99} · max {stats.max}",
+        f"widest batch {stats.worst_batch_tokens}{approx}",
+    ])
     console.print(f"[dim]         tokenizer: {stats.tokenizer_source}[/]")
     if stats.skipped_lines:
         lines = ", ".join(str(n) for n, _ in stats.bad_lines)

@@ -130,14 +130,14 @@ def test_bare_size_says_it_is_the_rule_and_shows_a_catalog_model():
     assert data["basis"] == "rule" and data["reference"]["estimates"]["lora"]["predicted_peak_bytes"] > 50 * GB
     out = " ".join(run("probe", "--model", "7B", "--memory", "36GB").split())
     assert "rule of thumb: batch, length and layers not counted" in out
-    assert "× 2,048 tokens (worst case" not in out  # the Run line no longer claims a length
+    assert "× 2,048 tokens (the worst case" not in out  # the Run line no longer claims a length
     assert "A real model of this size" in out and "--model" in out
 
 
 def test_estimate_far_above_the_rule_says_why():
     out = " ".join(run("probe", "--model", QWEN7, "--memory", "16GB").split())
     assert "× the rule: at batch 4 × 2,048 tokens the step holds" in out
-    assert "attention scores" in out and "worst case: no --data" in out
+    assert "attention scores" in out and "(the worst case; --data sizes yours)" in out
 
 
 # --- 3. truthful labels --------------------------------------------------------------
@@ -317,6 +317,18 @@ def test_ctrl_c_exits_130(monkeypatch):
     monkeypatch.setattr("mlxfit.plan.make_plan", interrupted)
     result = CliRunner().invoke(cli, ["probe"])
     assert result.exit_code == 130 and "Traceback" not in result.output
+
+
+def test_ctrl_c_during_a_measurement_exits_130(monkeypatch):
+    from mlxfit.measure import MeasurementInterrupted
+
+    def interrupted(*a, **k):
+        raise MeasurementInterrupted("interrupted at step 2; the measuring process was stopped")
+
+    monkeypatch.setattr("mlxfit.measure.measure", interrupted)
+    result = CliRunner().invoke(cli, ["probe", "--model", "Qwen/Qwen3-0.6B", "--batch-size", "1",
+                                      "--max-seq-length", "64", "--memory", "64GB", "--measure"])
+    assert result.exit_code == 130 and "interrupted at step 2" in result.output
 
 
 def test_one_token_is_singular():
