@@ -217,8 +217,8 @@ def _dominates(a: Option, b: Option) -> bool:
 
 def single_changes(machine, model: ModelInfo, training: TrainingConfig, backend: str, calibration=None,
                    length: int | None = None, data=None) -> tuple[Option, ...]:
-    """Each remedy alone, at its mildest level that fits (else its strongest), in the
-    source's order; remedies that do not move the estimate are dropped."""
+    """Each remedy alone, at its mildest level that fits (else the level that needs
+    least), in the source's order; remedies that do not move the estimate are dropped."""
     size = _sizer(backend, calibration, length, machine.usable_bytes)
     base = size(model, (), training).new_bytes
     found = []
@@ -226,8 +226,10 @@ def single_changes(machine, model: ModelInfo, training: TrainingConfig, backend:
     for name in ("length", "batch", "method", "checkpoint", "layers"):
         chosen = None
         for change, apply in dims.get(name, []):
-            chosen = size(model, (change,), apply(training))
-            if chosen.fits:
+            option = size(model, (change,), apply(training))
+            if chosen is None or option.fits or option.new_bytes < chosen.new_bytes:
+                chosen = option
+            if option.fits:
                 break
         if chosen is not None and base - chosen.new_bytes >= NO_EFFECT * base:
             found.append(chosen)

@@ -51,6 +51,17 @@ def test_7b_on_16gb_names_a_plan_that_fits_without_another_model_or_short_exampl
         assert option["fits"] and selected(run_json(*base, *shlex.split(option["flags"])))["fits"]
 
 
+@pytest.mark.parametrize("method", [("--method", "full"), ("--fine-tune-type", "full")])
+def test_full_run_plans_paste_onto_either_way_of_asking_for_full(method):
+    base = ("probe", "--model", "Qwen/Qwen2.5-3B-Instruct", *method, "--memory", "16GB")
+    data = run_json(*base)
+    switches = [o for o in data["plan"] if "--fine-tune-type lora" in o["flags"]]
+    assert switches
+    for option in switches:
+        again = run_json(*base, *shlex.split(option["flags"]))
+        assert selected(again)["method"] in ("lora", "qlora") and selected(again)["fits"]
+
+
 def test_plan_prefers_what_costs_only_speed():
     # Qwen2.5-1.5B LoRA on a 24 GB Mac: checkpointing and a smaller batch suffice,
     # so nothing that changes the training (truncation, 4-bit base, layers) is proposed first.
