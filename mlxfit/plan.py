@@ -210,10 +210,12 @@ def rule_remedies(machine: Machine, model: ModelInfo, training: TrainingConfig) 
     found = []
     if method != "qlora":
         need = rule_bytes("qlora", model.params)
-        found.append(Remedy("--method qlora", "by the rule of thumb: the 4-bit base takes about a quarter of a 16-bit one", need, need <= usable, verdict(need, usable)))
+        # With both flags the change pastes onto --method full and --fine-tune-type full alike.
+        flags = "--method qlora --fine-tune-type lora" if method == "full" else "--method qlora"
+        found.append(Remedy(flags, "by the rule of thumb: the 4-bit base takes about a quarter of a 16-bit one", need, need <= usable, verdict(need, usable)))
     if method == "full":
         need = rule_bytes("lora", model.params)
-        found.append(Remedy("--fine-tune-type lora", "by the rule of thumb: LoRA instead of full fine-tuning", need, need <= usable, verdict(need, usable)))
+        found.append(Remedy("--method lora --fine-tune-type lora", "by the rule of thumb: LoRA instead of full fine-tuning", need, need <= usable, verdict(need, usable)))
     largest = largest_fitting_params(method, usable)
     if largest > 0:
         found.append(Remedy(f"a model of at most {format_count(largest)} parameters",

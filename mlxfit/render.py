@@ -334,11 +334,21 @@ def render_reference(plan: Plan) -> None:
     figures = " · ".join(f"{METHOD_LABELS[m]} {format_gb(b)}" for m, b in ref.estimates.items())
     print_hanging(
         f"[dim]A real model of this size, {ref.model.id} ({format_count(ref.model.params)}), by the detailed "
-        f"estimate at batch {training.batch_size} × {tokens(training.max_seq_length)} (mlx-lm's defaults, every "
-        f"batch full length: the worst case) on the {ref.backend} backend:[/] {figures}. "
+        f"estimate at batch {training.batch_size} × {tokens(training.max_seq_length)} ({settings_words(training)}) "
+        f"on the {ref.backend} backend:[/] {figures}. "
         f"[dim]For a plan with lengths and batches, probe it: --model {ref.model.id}[/]",
         indent=2,
     )
+
+
+def settings_words(training) -> str:
+    """What a reference estimate's batch × length stands for."""
+    from .training import defaults
+
+    d = defaults()
+    if (training.batch_size, training.max_seq_length) == (d["batch_size"], d["max_seq_length"]):
+        return "mlx-lm's defaults, every batch full length: the worst case"
+    return "your settings, every batch full length"
 
 
 def render_units_note() -> None:
@@ -449,7 +459,7 @@ def render_fits(table_data: FitsTable) -> None:
     t = first.training
     print_hanging(
         f"[dim]At batch {t.batch_size} × {tokens(t.max_seq_length)}, the last {t.num_layers} layers, rank {t.rank} "
-        f"(mlx-lm's defaults, every batch full length: the worst case), {first.backend} backend; ✓ fits, "
+        f"({settings_words(t)}), {first.backend} backend; ✓ fits, "
         "! tight, ✗ does not fit. Attention scores and logits grow with batch × length, which the rule leaves out: "
         "probe a model with your own --batch-size, --max-seq-length or --data for a plan.[/]",
         indent=0,

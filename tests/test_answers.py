@@ -145,6 +145,20 @@ def test_bare_size_says_it_is_the_rule_and_shows_a_catalog_model():
     assert "A real model of this size" in out and "--model" in out
 
 
+def test_bare_size_reference_uses_the_stated_settings():
+    data = run_json("probe", "--model", "7B", "--batch-size", "1", "--max-seq-length", "512")
+    assert (data["reference"]["batch_size"], data["reference"]["max_seq_length"]) == (1, 512)
+    out = " ".join(run("probe", "--model", "7B", "--batch-size", "1", "--max-seq-length", "512").split())
+    assert "batch 1 × 512 tokens (your settings" in out
+
+
+def test_bare_size_full_remedies_paste_onto_fine_tune_type_full():
+    base = ("probe", "--model", "7B", "--fine-tune-type", "full", "--memory", "36GB")
+    for remedy in run_json(*base)["remedies"]:
+        if remedy["change"].startswith("--method"):
+            assert selected(run_json(*base, *shlex.split(remedy["change"])))["fits"]
+
+
 def test_estimate_far_above_the_rule_says_why():
     out = " ".join(run("probe", "--model", QWEN7, "--memory", "16GB").split())
     assert "× the rule: at batch 4 × 2,048 tokens the step holds" in out

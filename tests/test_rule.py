@@ -105,5 +105,5 @@ def test_single_changes_follow_the_source_order():
 
 def test_full_remedies_offer_lora():
     plan = make_plan(laptop(), from_size("3B"), TrainingConfig(fine_tune_type="full"))
-    lora = next(r for r in plan.remedies if r.change == "--fine-tune-type lora")
+    lora = next(r for r in plan.remedies if r.change == "--method lora --fine-tune-type lora")
     assert lora.new_bytes == 9 * GB and lora.fits
