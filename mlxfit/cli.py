@@ -92,6 +92,8 @@ def _default(name):
 def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trust_remote_code, hostfile, backend, do_measure, force, timeout, steps, memory, gpu_memory, reserve, json_, **training_flags):
     """Will LoRA, QLoRA and full fine-tuning of MODEL fit? What to change if not.
 
+    MODEL may be given as the argument or as --model (which wins when both are).
+
     Flags, an mlx_lm.lora YAML file (-c) and mlx-lm's defaults combine as in
     mlx-lm. With --data, the widest batch of your data sets the length. With
     --measure, mlxfit then trains the run a few steps with mlx-lm (random

@@ -233,7 +233,7 @@ def single_changes(machine, model: ModelInfo, training: TrainingConfig, backend:
                 break
         if chosen is not None and base - chosen.new_bytes >= NO_EFFECT * base:
             found.append(chosen)
-    other = smaller_model(machine, model, training, backend, calibration, length, speed_changes=False)
+    other = smaller_model(machine, model, training, backend, calibration, length, changes=False)
     if other is not None:
         found.append(other)
     return tuple(found)
@@ -284,10 +284,10 @@ def _product(dims):
 
 
 def smaller_model(machine, model: ModelInfo, training: TrainingConfig, backend: str, calibration=None,
-                  length: int | None = None, speed_changes: bool = True) -> Option | None:
+                  length: int | None = None, changes: bool = True) -> Option | None:
     """The largest catalog model smaller than this one that fits by the detailed
-    estimate, at these settings (or with checkpointing and a smaller batch added,
-    when `speed_changes`). Same architecture family first."""
+    estimate, at these settings (or, when `changes`, with QLoRA, checkpointing and
+    a smaller batch as needed, cheapest first). Same architecture family first."""
     from .plan import catalog_models
 
     size = _sizer(backend, calibration, length, machine.usable_bytes)
@@ -295,13 +295,13 @@ def smaller_model(machine, model: ModelInfo, training: TrainingConfig, backend: 
     same = [m for m in candidates if m.model_type == model.model_type]
     for group in (same, [m for m in candidates if m.model_type != model.model_type]):
         for other in sorted(group, key=lambda m: -m.params):
-            option = _fit_other(size, model, other, training, speed_changes)
+            option = _fit_other(size, model, other, training, changes)
             if option is not None:
                 return option
     return None
 
 
-def _fit_other(size, model: ModelInfo, other: ModelInfo, training: TrainingConfig, speed_changes: bool) -> Option | None:
+def _fit_other(size, model: ModelInfo, other: ModelInfo, training: TrainingConfig, changes: bool) -> Option | None:
     flags = f"--model {other.id}"
     if model.quantized and training.quantize and training.fine_tune_type != "full":
         flags += " --method qlora"  # the catalog's model is not quantized; quantize it as this one is
@@ -310,9 +310,9 @@ def _fit_other(size, model: ModelInfo, other: ModelInfo, training: TrainingConfi
         training = replace(training, num_layers=other.architecture.num_layers)
     move = Change("model", flags, COST_OTHER_MODEL, f"another model: {other.id} ({format_count(other.params)})")
     extra = [[(None, None)]]
-    if speed_changes:
+    if changes:
         dims = dimensions(other, training)
-        extra = [[(None, None)] + dims["checkpoint"], [(None, None)] + dims["batch"]]
+        extra = [[(None, None)] + dims[name] for name in ("method", "checkpoint", "batch")]
     best = None
     for combo in _product(extra):
         run = training

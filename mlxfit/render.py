@@ -386,8 +386,9 @@ def render_remedies(plan: Plan) -> None:
         print_hanging("[dim]Add the flags to your command; probing again confirms the plan. Cheapest first: what "
                       "costs only speed (checkpointing, accumulation), then what changes the training.[/]", indent=0)
     elif plan.model.architecture is not None:
-        console.print(f"[bold]{label} does not fit the {usable} budget, and no combination of remedies "
-                      "mlxfit tries makes it fit:[/] a bigger machine, or --hosts to split the batch.")
+        print_hanging(f"[bold]{label} does not fit the {usable} budget, and no combination of the remedies "
+                      "below (nor a smaller catalog model) makes it fit: it needs a machine with more memory.[/]",
+                      indent=0)
     else:
         console.print(f"[bold]{label} does not fit the {usable} budget. What to change:[/]")
     if plan.remedies:

@@ -271,10 +271,9 @@ def _yaml_type(value) -> str:
 
 
 def one_model(positional: str | None, option: str | None) -> str | None:
-    """`mlxfit probe MODEL` and `--model MODEL` name the same thing; both is an error."""
-    if positional and option and positional != option:
-        raise BadInput(f"two models given: {positional!r} and --model {option!r}; give one")
-    return positional or option
+    """`mlxfit probe MODEL` and `--model MODEL` name the same thing; given both,
+    --model wins, so that a plan's `--model ...` pastes onto either form."""
+    return option or positional
 
 
 def check_method(method: str | None, fine_tune_type: str | None) -> None:

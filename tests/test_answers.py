@@ -218,8 +218,17 @@ def test_hostfile_on_a_run_that_does_not_fit(platform, tmp_path):
 
 def test_positional_model_is_accepted():
     assert run_json("probe", QWEN7)["model"]["id"] == QWEN7
-    out = run("probe", QWEN7, "--model", "Qwen/Qwen3-0.6B", exit_code=2)
-    assert "two models given" in out and "Traceback" not in out
+    # A plan's --model pastes onto a positional model: the flag wins.
+    assert run_json("probe", QWEN7, "--model", "Qwen/Qwen3-0.6B")["model"]["id"] == "Qwen/Qwen3-0.6B"
+
+
+def test_when_nothing_else_fits_the_plan_is_a_smaller_catalog_model():
+    base = ("probe", "Qwen/Qwen2.5-72B-Instruct", "--memory", "8GB")
+    data = run_json(*base)
+    best = data["plan"][0]
+    assert best["flags"].startswith("--model Qwen/Qwen2.5-") and best["fits"]
+    again = run_json(*base, *shlex.split(best["flags"]))
+    assert again["model"]["id"] == best["model"] and selected(again)["predicted_peak_bytes"] == best["new_bytes"]
 
 
 @pytest.mark.parametrize("option", ["--out", "--plot"])
