@@ -162,7 +162,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
             render.render_data(stats)
         nodes = None
         if host_list:
-            nodes = f"per node: {len(host_list)} hosts in {hostfile}, planned for the smallest ({tightest.name})"
+            nodes = [f"per node: {len(host_list)} hosts in {hostfile}", f"planned for the smallest, {tightest.name}"]
         render.render_plan(plan, nodes=nodes)
         render.render_advice(advice)
         if host_checks is not None:

@@ -137,8 +137,8 @@ def build_machine(
         if unified and total % GB == 0 and total // GB in APPLE_MEMORY_SIZES:
             size = total // GB
             warnings = (
-                f"Macs sold as {size}GB have {size} GiB ({format_gb(size * GiB)}); "
-                f"--memory {size}GiB plans for all of it",
+                f"Macs sold as {size}GB have {size} GiB ({format_gb(size * GiB)}): "
+                f"give {size}GiB to plan for all of it",
             )
         return Machine(
             total_bytes=total,

@@ -253,12 +253,13 @@ def run_fields(plan: Plan) -> list[str]:
     return fields
 
 
-def render_plan(plan: Plan, nodes: str | None = None) -> None:
-    """`nodes`: set for a --hostfile run, whose budget is the smallest node's."""
+def render_plan(plan: Plan, nodes: list[str] | None = None) -> None:
+    """`nodes`: words for a --hostfile run, whose budget is the smallest node's."""
     model = plan.model
     machine = machine_fields(plan.machine)
     if nodes:
-        machine = [nodes] + machine[:3]
+        kind = "unified memory" if plan.machine.unified else "GPU memory"
+        machine = [*nodes, f"{format_gb(plan.machine.total_bytes)} {kind}", *machine[1:3]]
     print_fields("Machine", machine)
     model_bits = f"{model.bits}-bit quantized" if model.quantized else model.dtype
     print_fields("Model", [
@@ -558,7 +559,8 @@ def render_calibration(directory, entries: list[dict]) -> None:
 
 
 def render_hosts(checks: list[dict]) -> None:
-    console.print(f"[bold]Per node[/] ({len(checks)} hosts under mlx.launch, each with the whole model and its share of the batch)")
+    print_hanging(f"[bold]Per node[/] ({len(checks)} hosts under mlx.launch, each with the whole model and its "
+                  "share of the batch)", indent=2)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name, justify in (("host", "left"), ("memory", "right"), ("budget", "right"), ("per-node need", "right"), ("verdict", "left")):
         table.add_column(name, justify=justify)

@@ -194,7 +194,9 @@ def test_hostfile_plans_for_the_smallest_node_and_says_so(platform, tmp_path):
     data = run_json("probe", "--model", QWEN7, "--hostfile", hostfile)
     assert data["machine"]["total_bytes"] == 16 * GB  # not this Linux box
     out = run("probe", "--model", QWEN7, "--hostfile", hostfile)
-    assert "per node: 2 hosts" in " ".join(out.split()) and "(mac1)" in out
+    assert "per node: 2 hosts" in out and "planned for the smallest, mac1" in out
+    assert "(hypothetical)" not in out
+    assert all(len(line) <= 80 for line in out.splitlines() if hostfile not in line)
 
 
 # --- 4. no crashes --------------------------------------------------------------------
@@ -302,7 +304,7 @@ def test_method_overrides_a_config_files_fine_tune_type(tmp_path):
 
 def test_apple_gb_sizes_get_a_gib_note():
     data = run_json("memory", "--memory", "36GB")
-    assert any("36 GiB" in w and "--memory 36GiB" in w for w in data["machine"]["warnings"])
+    assert any("36 GiB" in w and "give 36GiB" in w for w in data["machine"]["warnings"])
     assert not run_json("memory", "--memory", "36GiB")["machine"]["warnings"]
     assert not run_json("memory", "--memory", "40GB")["machine"]["warnings"]
 
