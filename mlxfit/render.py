@@ -56,8 +56,9 @@ def print_fields(label: str, fields: list, sep: str = " · ", indent: int = 9, o
     to fit the terminal, continuation lines indented under the first field."""
     out = out or console
     width = max(out.width, 40)
-    line = Text(label, style="bold")
-    line.append(" " * max(indent - len(label), 1))
+    line = Text()
+    line.append(label, style="bold")
+    line.append(" " * max(indent - len(label), 1 if label else 0))
     for i, field in enumerate(fields):
         piece = Text.from_markup(field) if isinstance(field, str) else field
         last = i == len(fields) - 1
@@ -148,20 +149,20 @@ def render_memory(machine: Machine) -> None:
 
 # One colour and one glyph per part: the glyphs keep the bars readable without colour
 # (piped, NO_COLOR), the colours are far apart on a 256-colour terminal.
-PART_STYLES = {
-    "weights (frozen)": "grey50",
+PART_STYLES = {  # the 16 standard colours, so that none merge on a 16-colour terminal
+    "weights (frozen)": "bright_black",
     "weights (trainable)": "green",
     "gradients": "yellow",
-    "optimizer state": "dark_orange",
-    "update temporaries": "light_salmon1",
+    "optimizer state": "bright_red",
+    "update temporaries": "bright_yellow",
     "activations": "cyan",
     "attention scores": "magenta",
     "logits and gradient": "blue",
-    "adapter outputs": "chartreuse1",
+    "adapter outputs": "bright_green",
     "dora temporaries": "red",
-    "all-reduce buffers": "purple",
-    "framework": "wheat1",
-    "calibration": "pink1",
+    "all-reduce buffers": "bright_magenta",
+    "framework": "white",
+    "calibration": "bright_blue",
 }
 PART_GLYPHS = {
     "weights (frozen)": "█",
