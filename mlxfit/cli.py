@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import click
 
@@ -60,6 +61,7 @@ def _default(name):
 
 
 @cli.command()
+@click.argument("model_arg", metavar="[MODEL]", required=False)
 @click.option("--model", "-m", "model_spec", metavar="MODEL", help="A folder with config.json, a Hugging Face repo id, a catalog id (mlxfit models) or a size like 7B. Default: Qwen/Qwen3-0.6B.")
 @click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="An mlx_lm.lora YAML config; flags given here override it, as in mlx-lm.")
 @click.option("--data", metavar="DIR|FILE", help="Training data as mlx-lm reads it (a folder with train.jsonl, or one .jsonl): the widest batch drives the estimate.")
@@ -71,10 +73,10 @@ def _default(name):
 @click.option("--grad-checkpoint/--no-grad-checkpoint", default=None, help="Recompute activations in the backward pass (less memory, slower) [default: off].")
 @click.option("--grad-accumulation-steps", type=int, help="Steps accumulated before each optimizer update [default: 1].")
 @click.option("--rank", type=int, help=f"LoRA rank [default: {_default('rank')}].")
-@click.option("--optimizer", type=click.Choice(OPTIMIZERS), help=f"[default: {_default('optimizer')}]")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), help=f"The optimizer, as in mlx_lm.lora; its state is part of the peak [default: {_default('optimizer')}].")
 @click.option("--mask-prompt/--no-mask-prompt", default=None, help="Mask the prompt in the loss, as mlx_lm.lora --mask-prompt.")
-@click.option("--bits", type=int, help="QLoRA: bits per weight of the quantized base [default: 4].")
-@click.option("--group-size", type=int, help="QLoRA: quantization group size [default: 64].")
+@click.option("--bits", type=int, help="QLoRA: bits per weight of the quantized base: 2, 3, 4, 5, 6 or 8 [default: 4].")
+@click.option("--group-size", type=int, help="QLoRA: quantization group size: 32, 64 or 128, as MLX quantizes [default: 64].")
 @click.option("--skip-bad-lines", is_flag=True, help="With --data: skip malformed lines (reported) instead of stopping at the first.")
 @click.option("--trust-remote-code", is_flag=True, help="With --data: let the tokenizer run code from its repository.")
 @click.option("--hosts", type=click.IntRange(min=1), help="Data-parallel nodes under mlx.launch: each holds the whole model and batch-size / hosts examples.")
@@ -87,8 +89,10 @@ def _default(name):
 @machine_options
 @json_option
 @handle_errors
-def probe(model_spec, config_path, data, method, skip_bad_lines, trust_remote_code, hostfile, backend, do_measure, force, timeout, steps, memory, gpu_memory, reserve, json_, **training_flags):
+def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trust_remote_code, hostfile, backend, do_measure, force, timeout, steps, memory, gpu_memory, reserve, json_, **training_flags):
     """Will LoRA, QLoRA and full fine-tuning of MODEL fit? What to change if not.
+
+    MODEL may be given as the argument or as --model (which wins when both are).
 
     Flags, an mlx_lm.lora YAML file (-c) and mlx-lm's defaults combine as in
     mlx-lm. With --data, the widest batch of your data sets the length. With
@@ -101,8 +105,9 @@ def probe(model_spec, config_path, data, method, skip_bad_lines, trust_remote_co
     from . import render
     from .model import resolve_model
     from .plan import make_plan
-    from .runconfig import resolve
+    from .runconfig import check_against_model, check_method, one_model, resolve, with_method
 
+    model_spec = one_model(model_arg, model_spec)
     host_list = None
     if hostfile:
         from .hosts import read_hostfile
@@ -111,26 +116,26 @@ def probe(model_spec, config_path, data, method, skip_bad_lines, trust_remote_co
         host_list = read_hostfile(Path(hostfile), read_platform(), reserve)
         training_flags["hosts"] = len(host_list)
         backend = backend or "metal"  # mlx.launch's ring backend joins Macs
-    if method == "full":
-        training_flags["fine_tune_type"] = "full"
-    elif method in ("lora", "qlora"):
-        if training_flags.get("fine_tune_type") == "full":
-            training_flags["fine_tune_type"] = "lora"
-        if method == "qlora":
-            training_flags["quantize"] = True
+    check_method(method, training_flags.get("fine_tune_type"))
     mask_prompt = training_flags.pop("mask_prompt")
     resolved = resolve({**training_flags, "model": model_spec, "data": data, "mask_prompt": mask_prompt}, Path(config_path) if config_path else None)
+    resolved = replace(resolved, training=with_method(resolved.training, method))
     training = resolved.training
     model = resolve_model(resolved.model)
-    if model.architecture is not None:
-        training.layers_trained(model.architecture.num_layers)
+    warnings = check_against_model(training, model)
 
     stats = None
     if resolved.data:
         stats = read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet=json_)
-    machine = get_machine(memory, gpu_memory, reserve)
+    if host_list:
+        from .hosts import smallest
+
+        tightest = smallest(host_list)
+        machine = tightest.machine
+    else:
+        machine = get_machine(memory, gpu_memory, reserve)
     length = stats.worst_batch_tokens if stats else None
-    plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend), length=length)
+    plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend), length=length, data=stats)
     advice = gather_advice(plan, stats, machine, backend)
     comparison = None
     if do_measure:
@@ -142,6 +147,7 @@ def probe(model_spec, config_path, data, method, skip_bad_lines, trust_remote_co
         out = plan.to_dict()
         out["config"] = resolved.to_dict()
         out["advice"] = advice
+        out["warnings"] = warnings
         if stats is not None:
             out["data"] = stats.to_dict()
         if host_checks is not None:
@@ -151,14 +157,19 @@ def probe(model_spec, config_path, data, method, skip_bad_lines, trust_remote_co
         render.print_json(out)
     else:
         render.render_config_notes(resolved)
+        render.render_input_warnings(warnings)
         if stats is not None:
             render.render_data(stats)
-        render.render_plan(plan)
+        nodes = None
+        if host_list:
+            nodes = [f"per node: {len(host_list)} hosts in {hostfile}", f"planned for the smallest, {tightest.name}"]
+        render.render_plan(plan, nodes=nodes)
         render.render_advice(advice)
         if host_checks is not None:
             render.render_hosts(host_checks)
         if comparison is not None:
             render.render_comparison(comparison)
+        render.render_units_note()
 
 
 def read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet):
@@ -226,7 +237,8 @@ def fits(memory, gpu_memory, reserve, json_):
     from . import render
     from .plan import fits_table
 
-    table = fits_table(get_machine(memory, gpu_memory, reserve))
+    machine = get_machine(memory, gpu_memory, reserve)
+    table = fits_table(machine, backend=machine.backend)
     if json_:
         render.print_json(table.to_dict())
     else:

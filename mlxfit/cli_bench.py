@@ -15,6 +15,20 @@ LIST = "N[,N...]"
 MAX_CHOICES = ("batch_size", "max_seq_length", "batch-size", "max-seq-length")
 
 
+def check_writable(option: str, path: str | None) -> None:
+    """An output file whose folder is missing or read-only fails now, not after a sweep."""
+    import os
+    from pathlib import Path
+
+    if not path:
+        return
+    folder = Path(path).expanduser().parent
+    if not folder.is_dir():
+        raise BadInput(f"{option} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise BadInput(f"{option} {path}: the folder {folder} is not writable")
+
+
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.option("--model", "-m", "model_spec", metavar="MODEL", help="A folder with config.json, a Hugging Face repo id, a catalog id or a size like 7B. Default: Qwen/Qwen3-0.6B.")
 @click.option("--method", metavar="M[,M...]", help="Any of lora, qlora, full (as in mlxfit probe). Default: lora.")
@@ -78,6 +92,8 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
                 raise BadInput(f"{option} is for sweeps, not for --max")
     if resume and not out:
         raise BadInput("--resume needs --out: the CSV of the sweep to resume")
+    for option, path in (("--out", out), ("--plot", plot)):
+        check_writable(option, path)  # before any measurement is spent
     if plot:
         render_bench.check_plotting()
 

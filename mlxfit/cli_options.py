@@ -39,17 +39,26 @@ class ReserveParam(click.ParamType):
 
 
 def handle_errors(fn):
-    """Library errors become one line and an exit status; MLXFIT_DEBUG=1 re-raises."""
+    """Library errors become one line and an exit status; Ctrl-C exits 130;
+    MLXFIT_DEBUG=1 re-raises."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            if os.environ.get("MLXFIT_DEBUG"):
+                raise
+            click.echo("Interrupted.", err=True)
+            click.get_current_context().exit(130)  # 128 + SIGINT, as shells report it
         except MlxfitError as e:
             if os.environ.get("MLXFIT_DEBUG"):
                 raise
             if e.exit_code == 2:
                 raise click.UsageError(str(e)) from None
+            if e.exit_code != 1:  # 130: interrupted
+                click.echo(f"Error: {e}", err=True)
+                click.get_current_context().exit(e.exit_code)
             raise click.ClickException(str(e)) from None
 
     return wrapper

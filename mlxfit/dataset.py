@@ -271,6 +271,12 @@ def measure(
     return _stats(path, fmt, lengths, fields_per_line, tokenizer, batch_size, max_seq_length, skipped, bad)
 
 
+def json_problem(e: json.JSONDecodeError) -> str:
+    """json's message with its position ('Unterminated string starting at' ends in 'at')."""
+    msg = e.msg[:-3] if e.msg.endswith(" at") else e.msg
+    return f"{msg} at column {e.colno}"
+
+
 def _parse(raw: bytes) -> dict:
     if not raw.strip():
         raise _BadLine("is empty (mlx-lm parses every line as JSON)")
@@ -281,7 +287,7 @@ def _parse(raw: bytes) -> dict:
     try:
         record = json.loads(text)
     except json.JSONDecodeError as e:
-        raise _BadLine(f"is not valid JSON: {e.msg} at column {e.colno}") from None
+        raise _BadLine(f"is not valid JSON: {json_problem(e)}") from None
     if not isinstance(record, dict):
         raise _BadLine(f"is a JSON {type(record).__name__}, not an object")
     return record

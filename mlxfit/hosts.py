@@ -40,7 +40,7 @@ def read_hostfile(path: Path, readings: PlatformReadings, reserve=None) -> list[
     except OSError as e:
         raise MlxfitError(f"cannot read hostfile {path}: {e.strerror}") from e
     except json.JSONDecodeError as e:
-        raise MlxfitError(f"hostfile {path} is not valid JSON: {e.msg} at line {e.lineno}") from e
+        raise MlxfitError(f"hostfile {path} is not valid JSON: {e.msg.removesuffix(' at')} at line {e.lineno}") from e
     entries = data.get("hosts") if isinstance(data, dict) else data
     if not isinstance(entries, list) or not entries:
         raise MlxfitError(f"hostfile {path} lists no hosts")
@@ -56,3 +56,8 @@ def read_hostfile(path: Path, readings: PlatformReadings, reserve=None) -> list[
             raise MlxfitError(f"hostfile {path}: host {entry['ssh']!r}: {e}") from e
         hosts.append(Host(entry["ssh"], build_machine(readings, reserve=reserve, memory=memory)))
     return hosts
+
+
+def smallest(hosts: list[Host]) -> Host:
+    """Every node holds the whole model: the one with the least budget decides."""
+    return min(hosts, key=lambda h: h.machine.usable_bytes)

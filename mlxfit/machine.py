@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import BadInput
-from .units import format_gb, parse_bytes
+from .units import GB, GiB, format_gb, parse_bytes
 
 UNIFIED_RESERVE = 0.25  # SPEC §3: count about three quarters of unified memory
+# Apple's unified memory sizes, sold in GB but built in GiB.
+APPLE_MEMORY_SIZES = (8, 16, 18, 24, 32, 36, 48, 64, 96, 128, 192, 256, 512)
 DISCRETE_RESERVE = 0.05  # driver, CUDA context and display on a dedicated GPU
 
 
@@ -131,6 +133,13 @@ def build_machine(
             total, reserve, UNIFIED_RESERVE if unified else DISCRETE_RESERVE
         )
         backend = "metal" if unified else "cuda"  # the machines these stand for
+        warnings = ()
+        if unified and total % GB == 0 and total // GB in APPLE_MEMORY_SIZES:
+            size = total // GB
+            warnings = (
+                f"Macs sold as {size}GB have {size} GiB ({format_gb(size * GiB)}): "
+                f"give {size}GiB to plan for all of it",
+            )
         return Machine(
             total_bytes=total,
             used_bytes=0,
@@ -141,6 +150,7 @@ def build_machine(
             unified=unified,
             device_name="hypothetical",
             hypothetical=True,
+            warnings=warnings,
         )
 
     info = readings.device_info

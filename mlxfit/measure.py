@@ -32,6 +32,12 @@ class MeasurementFailed(MlxfitError):
     """The run died; the message says where and after how much memory."""
 
 
+class MeasurementInterrupted(MeasurementFailed):
+    """Ctrl-C stopped the measurement: exit status 130, as for any interrupted command."""
+
+    exit_code = 130
+
+
 @dataclass(frozen=True)
 class Measurement:
     peak_bytes: int  # mx.get_peak_memory() over the steps, reset after the build
@@ -163,7 +169,7 @@ def measure(
                     result = event
         except KeyboardInterrupt:
             _stop(child)
-            raise MeasurementFailed(f"interrupted at step {last['step']}; the measuring process was stopped") from None
+            raise MeasurementInterrupted(f"interrupted at step {last['step']}; the measuring process was stopped") from None
         child.wait()
 
     if result is not None and result["event"] == "done":

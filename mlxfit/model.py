@@ -198,7 +198,7 @@ def read_config_file(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise MlxfitError(f"{path} is not valid JSON: {e.msg} at line {e.lineno}") from e
+        raise MlxfitError(f"{path} is not valid JSON: {e.msg.removesuffix(' at')} at line {e.lineno}") from e
     except OSError as e:
         raise MlxfitError(f"cannot read {path}: {e.strerror}") from e
 

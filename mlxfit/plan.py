@@ -7,6 +7,7 @@ never print.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from .estimate import Breakdown, estimate
 from .machine import Machine
@@ -80,15 +81,69 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Remedy:
-    """One change from the source's list (SPEC §4), in its order."""
+    """One change on its own, with the new prediction (None: the rule cannot tell)."""
 
     change: str
     why: str
-    new_bytes: int | None = None  # None: the rule of thumb cannot tell
+    new_bytes: int | None = None
     fits: bool | None = None
+    verdict: str | None = None  # fits / tight / does not fit, where sized
 
     def to_dict(self) -> dict:
-        return {"change": self.change, "why": self.why, "new_bytes": self.new_bytes, "fits": self.fits}
+        return {"change": self.change, "why": self.why, "new_bytes": self.new_bytes, "fits": self.fits,
+                "verdict": self.verdict}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A catalog model of about a bare size's parameters, by the detailed estimate:
+    what the rule of thumb stands beside."""
+
+    model: ModelInfo
+    training: TrainingConfig
+    backend: str
+    estimates: dict  # method -> predicted peak bytes
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model.id,
+            "params": self.model.params,
+            "backend": self.backend,
+            "batch_size": self.training.batch_size,
+            "max_seq_length": self.training.max_seq_length,
+            "num_layers": self.training.num_layers,
+            "estimates": {m: {"predicted_peak_bytes": b} for m, b in self.estimates.items()},
+        }
+
+
+@lru_cache(maxsize=1)
+def catalog_models() -> tuple[ModelInfo, ...]:
+    """Every catalog model with its architecture, built once per process."""
+    from .model import catalog, from_catalog
+
+    return tuple(m for m in (from_catalog(hub_id) for hub_id, _ in catalog().values()) if m.architecture is not None)
+
+
+def nearest_catalog_model(params: int) -> ModelInfo | None:
+    """The dense catalog model whose size is nearest (by ratio) to `params`."""
+    import math
+
+    dense = [m for m in catalog_models() if not m.architecture.is_moe]
+    if not dense or params <= 0:
+        return None
+    return min(dense, key=lambda m: abs(math.log(m.params / params)))
+
+
+def reference_for(params: int, training: TrainingConfig, backend: str) -> Reference | None:
+    """The detailed estimate of a real model of this size at these settings."""
+    model = nearest_catalog_model(params)
+    if model is None:
+        return None
+    if training.num_layers != -1 and training.num_layers > model.architecture.num_layers:
+        training = replace(training, num_layers=-1)
+    return Reference(model, training, backend, {
+        m: predict(model, training_for(m, training), backend)[0] for m in METHODS
+    })
 
 
 @dataclass(frozen=True)
@@ -97,10 +152,12 @@ class Plan:
     model: ModelInfo
     training: TrainingConfig
     estimates: tuple[Estimate, ...]
-    remedies: tuple[Remedy, ...] = field(default=())
+    remedies: tuple[Remedy, ...] = field(default=())  # each change alone
+    options: tuple = field(default=())  # mlxfit.remedies.Option: the plan, then alternatives
     backend: str = "cpu"
     calibration: object = None  # mlxfit.calibration.Calibration
     length: int | None = None  # the widest batch of the user's data
+    reference: Reference | None = None  # a bare size: a catalog model of that size
 
     @property
     def selected(self) -> Estimate:
@@ -113,6 +170,9 @@ class Plan:
             "training": self.training.to_dict(),
             "estimates": [e.to_dict() for e in self.estimates],
             "remedies": [r.to_dict() for r in self.remedies],
+            "plan": [o.to_dict() for o in self.options],
+            "basis": "detailed" if self.model.architecture is not None else "rule",
+            "reference": self.reference.to_dict() if self.reference else None,
             "backend": self.backend,
             "calibration": (
                 {"offset_bytes": self.calibration.offset_bytes, "measurements": self.calibration.count}
@@ -150,107 +210,59 @@ def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibratio
     return breakdown.peak_bytes, breakdown
 
 
-def _halvings(value: int, floor: int) -> list[int]:
-    out = []
-    while value // 2 >= floor:
-        value //= 2
-        out.append(value)
-    return out
-
-
-def _first_fitting(model, training, backend, usable, candidates, calibration=None, length=None):
-    """The mildest candidate change that fits, else the strongest one tried."""
-    tried = None
-    for change, why, new_training in candidates:
-        need, _ = predict(model, new_training, backend, calibration, length)
-        tried = Remedy(change, why, need, need <= usable)
-        if tried.fits:
-            return tried
-    return tried
-
-
-def remedies(machine: Machine, model: ModelInfo, training: TrainingConfig, backend: str, calibration=None, length=None) -> tuple[Remedy, ...]:
-    """The source's remedies in its order (SPEC §4), then mlx-lm's own knobs, each
-    with the new prediction. Without an architecture only the rule can speak."""
+def rule_remedies(machine: Machine, model: ModelInfo, training: TrainingConfig) -> tuple[Remedy, ...]:
+    """Without an architecture only the rule of thumb speaks: it sizes the method
+    and the model, not lengths, batches or checkpointing."""
     method, usable = training.method, machine.usable_bytes
-    detailed = model.architecture is not None
-    found: list[Remedy] = []
-
-    def need_for(new_training):
-        return predict(model, new_training, backend, calibration, length)[0]
-
-    def first_fitting(candidates):
-        return _first_fitting(model, training, backend, usable, candidates, calibration, length)
-
-    if detailed:
-        found.append(first_fitting([
-            (f"--max-seq-length {n}", "frees the most; first check that typical examples still fit", replace(training, max_seq_length=n))
-            for n in _halvings(training.max_seq_length, 32)
-        ]))
-        found.append(first_fitting([
-            (f"--batch-size {b} --grad-accumulation-steps {training.batch_size // b * training.grad_accumulation_steps}",
-             "fewer activations at once; accumulation keeps the effective batch", replace(training, batch_size=b))
-            for b in _halvings(training.batch_size, 1)
-        ]))
-    else:
-        found.append(Remedy(f"--max-seq-length {max(training.max_seq_length // 2, 1)}",
-                            "frees the most; first check that typical examples still fit (the rule cannot size this)"))
-        found.append(Remedy(f"--batch-size {max(training.batch_size // 2, 1)}", "fewer activations held at once (the rule cannot size this)"))
+    found = []
     if method != "qlora":
-        need = need_for(training_for("qlora", training))
-        found.append(Remedy("--method qlora", "the 4-bit base takes about a quarter of a 16-bit one", need, need <= usable))
-    if not training.grad_checkpoint:
-        if detailed:
-            need = need_for(replace(training, grad_checkpoint=True))
-            found.append(Remedy("--grad-checkpoint", "about 20-30% slower, far less activation memory", need, need <= usable))
-        else:
-            found.append(Remedy("--grad-checkpoint", "about 20-30% slower, far less activation memory (the rule cannot size this)"))
+        need = rule_bytes("qlora", model.params)
+        # With both flags the change pastes onto --method full and --fine-tune-type full alike.
+        flags = "--method qlora --fine-tune-type lora" if method == "full" else "--method qlora"
+        found.append(Remedy(flags, "by the rule of thumb: the 4-bit base takes about a quarter of a 16-bit one", need, need <= usable, verdict(need, usable)))
     if method == "full":
-        need = need_for(training_for("lora", training))
-        found.append(Remedy("--fine-tune-type lora", "LoRA instead of full fine-tuning", need, need <= usable))
+        need = rule_bytes("lora", model.params)
+        found.append(Remedy("--method lora --fine-tune-type lora", "by the rule of thumb: LoRA instead of full fine-tuning", need, need <= usable, verdict(need, usable)))
     largest = largest_fitting_params(method, usable)
     if largest > 0:
         found.append(Remedy(f"a model of at most {format_count(largest)} parameters",
                             f"by the rule of thumb, the largest that fits {format_gb(usable)} with {method}",
-                            rule_bytes(method, largest), True))
+                            rule_bytes(method, largest), True, verdict(rule_bytes(method, largest), usable)))
     else:
         found.append(Remedy("a smaller model", f"even a tiny model does not fit {format_gb(usable)} with {method}"))
-    if detailed:
-        layers = training.layers_trained(model.architecture.num_layers)
-        found.append(first_fitting([
-            (f"--num-layers {n}", "train fewer of the last blocks (mlx-lm)", replace(training, num_layers=n))
-            for n in _halvings(layers, 1)
-        ]) or Remedy("--num-layers", "already training a single block"))
-        if method != "full":
-            found.append(first_fitting([
-                (f"--rank {r}", "a smaller adapter (mlx-lm)", replace(training, rank=r)) for r in _halvings(training.rank, 1)
-            ]) or Remedy("--rank", "already rank 1"))
-    return tuple(r for r in found if r is not None)
+    return tuple(found)
 
 
-def cheapest_fitting(plan: "Plan") -> Remedy | None:
-    """The first remedy, in the source's order, that fits (a model change excluded)."""
-    for r in plan.remedies:
-        if r.fits and "model" not in r.change:
-            return r
-    return None
-
-
-def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, backend: str | None = None, calibration=None, length: int | None = None) -> Plan:
+def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, backend: str | None = None, calibration=None, length: int | None = None, data=None) -> Plan:
     """`calibration` only makes sense for the machine it was measured on; `length`
-    is the widest batch of the user's data, when it is known."""
+    is the widest batch of the user's data and `data` its statistics
+    (mlxfit.dataset.DataStats), when they are known."""
     backend = backend or machine.backend
     if model.quantized and not training.quantize and training.fine_tune_type != "full":
         training = replace(training, quantize=True)  # LoRA on a quantized base is QLoRA
     estimates = []
     for method in METHODS:
+        if model.quantized and method == "lora":
+            continue  # on a quantized base LoRA is QLoRA: one row, not two identical ones
         run = training if method == training.method else training_for(method, training)
         _, breakdown = predict(model, run, backend, calibration, length)
         estimates.append(Estimate(method, rule_bytes(method, model.params), machine.usable_bytes,
                                   selected=(method == training.method), detailed=breakdown))
-    plan = Plan(machine, model, training, tuple(estimates), backend=backend, calibration=calibration, length=length)
+    reference = reference_for(model.params, training, backend) if model.architecture is None else None
+    plan = Plan(machine, model, training, tuple(estimates), backend=backend, calibration=calibration, length=length,
+                reference=reference)
     if not plan.selected.fits:
-        plan = replace(plan, remedies=remedies(machine, model, training, backend, calibration, length))
+        if model.architecture is None:
+            plan = replace(plan, remedies=rule_remedies(machine, model, training))
+        else:
+            from . import remedies
+
+            singles = remedies.single_changes(machine, model, training, backend, calibration, length, data)
+            plan = replace(
+                plan,
+                remedies=tuple(Remedy(o.flags, o.changes[-1].costs, o.new_bytes, o.fits, o.verdict) for o in singles),
+                options=remedies.search(machine, model, training, backend, calibration, length, data),
+            )
     return plan
 
 
@@ -258,20 +270,29 @@ def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, back
 class FitsTable:
     machine: Machine
     rows: tuple[tuple[float, tuple[Estimate, ...]], ...]
+    references: tuple[tuple[float, Reference], ...] = ()  # size -> a catalog model, detailed
 
     def to_dict(self) -> dict:
+        refs = dict(self.references)
         return {
             "machine": self.machine.to_dict(),
+            "basis": "rule",
             "rows": [
-                {"params": int(size * 1e9), "estimates": [e.to_dict() for e in estimates]}
+                {"params": int(size * 1e9), "estimates": [e.to_dict() for e in estimates],
+                 "reference": refs[size].to_dict() if size in refs else None}
                 for size, estimates in self.rows
             ],
         }
 
 
-def fits_table(machine: Machine, sizes_b=TABLE_SIZES_B) -> FitsTable:
+def fits_table(machine: Machine, sizes_b=TABLE_SIZES_B, backend: str | None = None, training: TrainingConfig | None = None) -> FitsTable:
+    """The rule of thumb per size and method, each size beside a real model of
+    about that size by the detailed estimate (at mlx-lm's defaults unless told)."""
     rows = tuple(
         (size, tuple(Estimate(m, rule_bytes(m, int(size * 1e9)), machine.usable_bytes) for m in METHODS))
         for size in sizes_b
     )
-    return FitsTable(machine, rows)
+    training = training or TrainingConfig()
+    refs = tuple((size, ref) for size in sizes_b
+                 if (ref := reference_for(int(size * 1e9), training, backend or machine.backend)) is not None)
+    return FitsTable(machine, rows, refs)

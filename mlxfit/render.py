@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .machine import Machine
-from .plan import FitsTable, Plan
+from .plan import FitsTable, Plan, verdict
 from .rule import METHOD_LABELS
 from .units import format_count, format_gb, format_size
 
@@ -20,6 +20,7 @@ console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
+VERDICT_MARK = {"fits": "✓", "tight": "!", "does not fit": "✗"}
 SOURCE_LABEL = {
     "local": "local folder",
     "catalog": "built-in catalog",
@@ -27,6 +28,62 @@ SOURCE_LABEL = {
     "size": "bare size (no architecture)",
 }
 BAR_WIDTH = 12
+
+
+def print_hanging(text, indent: int = 9, out: Console | None = None) -> None:
+    """Print text wrapped to the terminal (80 columns piped), later lines indented."""
+    out = out or console
+    if isinstance(text, str):
+        text = Text.from_markup(text)
+    width = max(out.width, 40)
+    lines = text.wrap(out, width)
+    if len(lines) <= 1:
+        out.print(text, soft_wrap=True)
+        return
+    at = len(lines[0].plain)
+    while at < len(text.plain) and text.plain[at] == " ":
+        at += 1
+    first = lines[0]
+    first.rstrip()
+    out.print(first, soft_wrap=True)
+    for line in text[at:].wrap(out, width - indent):
+        line.rstrip()
+        out.print(Text(" " * indent) + line, soft_wrap=True)
+
+
+def print_fields(label: str, fields: list, sep: str = " · ", indent: int = 9, out: Console | None = None) -> None:
+    """`label` then fields joined by `sep`, broken between fields (never inside one)
+    to fit the terminal, continuation lines indented under the first field."""
+    out = out or console
+    width = max(out.width, 40)
+    line = Text()
+    line.append(label, style="bold")
+    line.append(" " * max(indent - len(label), 1 if label else 0))
+    for i, field in enumerate(fields):
+        piece = Text.from_markup(field) if isinstance(field, str) else field
+        last = i == len(fields) - 1
+        if i and len(line.plain) + len(sep) + len(piece.plain) + (0 if last else len(sep.rstrip())) > width:
+            line.append(sep.rstrip())
+            out.print(line, soft_wrap=True)
+            line = Text(" " * indent) + piece
+        else:
+            line = (line + Text(sep) + piece) if i else (line + piece)
+    out.print(line, soft_wrap=True)
+
+
+def run_label(training) -> str:
+    """The run's method in the words users know: LoRA, QLoRA, DoRA, QDoRA, full."""
+    if training.fine_tune_type == "full":
+        return "full fine-tuning"
+    name = "DoRA" if training.fine_tune_type == "dora" else "LoRA"
+    return ("Q" + name) if training.quantize else name
+
+
+def method_label(method: str, training) -> str:
+    """A row of the table: LoRA / QLoRA rows become DoRA / QDoRA for a DoRA run."""
+    if training.fine_tune_type == "dora" and method in ("lora", "qlora"):
+        return "QDoRA" if method == "qlora" else "DoRA"
+    return METHOD_LABELS[method]
 
 
 def print_json(data: dict) -> None:
@@ -49,22 +106,26 @@ def bar(need: int, usable: int, width: int = BAR_WIDTH) -> Text:
     return text
 
 
-def machine_line(machine: Machine) -> str:
+def machine_fields(machine: Machine) -> list[str]:
     kind = "unified memory" if machine.unified else "GPU memory (system RAM does not count)"
     where = "hypothetical" if machine.hypothetical else machine.backend
-    line = (
-        f"{format_gb(machine.total_bytes)} {kind} ({where})"
-        f" · reserve {format_gb(machine.reserve_bytes)}"
-        f" · budget {format_gb(machine.usable_bytes)}"
-    )
+    fields = [
+        f"{format_gb(machine.total_bytes)} {kind} ({where})",
+        f"reserve {format_gb(machine.reserve_bytes)}",
+        f"budget {format_gb(machine.usable_bytes)}",
+    ]
     if not machine.hypothetical:
-        line += f" · in use now {format_gb(machine.used_bytes)}"
-    return line
+        fields.append(f"in use now {format_gb(machine.used_bytes)}")
+    return fields
+
+
+def machine_line(machine: Machine) -> str:
+    return " · ".join(machine_fields(machine))
 
 
 def print_warnings(machine: Machine) -> None:
     for warning in machine.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        print_hanging(f"[yellow]warning:[/] {warning}", indent=2)
 
 
 def render_memory(machine: Machine) -> None:
@@ -86,20 +147,37 @@ def render_memory(machine: Machine) -> None:
     console.print("[dim]GB = 10^9 bytes[/]")
 
 
-PART_STYLES = {
-    "weights (frozen)": "grey62",
+# One colour and one glyph per part: the glyphs keep the bars readable without colour
+# (piped, NO_COLOR), the colours are far apart on a 256-colour terminal.
+PART_STYLES = {  # the 16 standard colours, so that none merge on a 16-colour terminal
+    "weights (frozen)": "bright_black",
     "weights (trainable)": "green",
     "gradients": "yellow",
-    "optimizer state": "orange3",
-    "update temporaries": "dark_orange",
+    "optimizer state": "bright_red",
+    "update temporaries": "bright_yellow",
     "activations": "cyan",
     "attention scores": "magenta",
     "logits and gradient": "blue",
-    "adapter outputs": "bright_cyan",
+    "adapter outputs": "bright_green",
     "dora temporaries": "red",
-    "all-reduce buffers": "purple",
+    "all-reduce buffers": "bright_magenta",
     "framework": "white",
-    "calibration": "bright_black",
+    "calibration": "bright_blue",
+}
+PART_GLYPHS = {
+    "weights (frozen)": "█",
+    "weights (trainable)": "▓",
+    "gradients": "▒",
+    "optimizer state": "░",
+    "update temporaries": "%",
+    "activations": "=",
+    "attention scores": "#",
+    "logits and gradient": "+",
+    "adapter outputs": "~",
+    "dora temporaries": "*",
+    "all-reduce buffers": "&",
+    "framework": "@",
+    "calibration": "^",
 }
 STACK_WIDTH = 40
 PHASE_WORDS = {
@@ -109,8 +187,19 @@ PHASE_WORDS = {
 }
 
 
+def plain_output() -> bool:
+    """No colour (piped, NO_COLOR, dumb terminal): parts are told apart by glyph."""
+    return console.no_color or console.color_system is None
+
+
+def part_glyph(name: str) -> str:
+    return PART_GLYPHS.get(name, "?") if plain_output() else "█"
+
+
 def stacked_bar(parts: dict, scale: int, usable: int, width: int = STACK_WIDTH) -> Text:
-    """One bar per method, one colour per part; │ marks the budget."""
+    """One bar per method, one colour (or glyph) per part; │ marks the budget. A
+    part too small for a cell gets none, but a bar never reads empty: a run far
+    below the budget shows its largest part in one cell."""
     text = Text()
     cells: list[str] = []
     used = 0.0
@@ -118,12 +207,14 @@ def stacked_bar(parts: dict, scale: int, usable: int, width: int = STACK_WIDTH) 
         used += width * n / scale
         count = round(used) - len(cells)
         cells += [name] * max(count, 0)
+    if not cells and any(parts.values()):
+        cells = [max(parts, key=parts.get)]
     budget_at = min(round(width * usable / scale), width)
     for i in range(width + 1):
         if i == budget_at:
             text.append("│", style="bold")
         if i < len(cells):
-            text.append("█", style=PART_STYLES.get(cells[i], "white"))
+            text.append(part_glyph(cells[i]), style=PART_STYLES.get(cells[i], "white"))
         elif i < width:
             text.append("·", style="dim")
     return text
@@ -137,24 +228,58 @@ KIND_WORDS = {
 }
 
 
-def render_plan(plan: Plan) -> None:
-    model, training = plan.model, plan.training
-    console.print(f"[bold]Machine[/]  {machine_line(plan.machine)}")
+def tokens(n: int) -> str:
+    return f"{n:,} token{'s' if n != 1 else ''}"
+
+
+def run_fields(plan: Plan) -> list[str]:
+    training, model = plan.training, plan.model
+    fields = [run_label(training)]
+    if model.architecture is None:
+        return fields + ["rule of thumb: batch, length and layers not counted"]
+    fields.append("all layers" if training.num_layers == -1 else f"last {training.num_layers} layers")
+    if plan.length is not None:
+        width = min(plan.length, training.max_seq_length)
+        fields.append(f"batch {training.batch_size} × {tokens(width)} (your data's widest batch; "
+                      f"--max-seq-length {training.max_seq_length})")
+    else:
+        fields.append(f"batch {training.batch_size} × {tokens(training.max_seq_length)} (the worst case; --data sizes yours)")
+    if training.grad_accumulation_steps > 1:
+        fields.append(f"{training.grad_accumulation_steps} accumulation steps")
+    if training.fine_tune_type != "full":
+        fields.append(f"rank {training.rank}")
+    if training.quantize:
+        if model.quantized:
+            fields.append(f"{model.bits}-bit base as stored (group {model.group_size})")
+        else:
+            fields.append(f"base quantized to {training.bits} bits (group {training.group_size})")
+    fields.append(training.optimizer)
+    if training.grad_checkpoint:
+        fields.append("grad checkpoint")
+    if training.hosts > 1:
+        fields.append(f"{training.hosts} hosts, batch {training.batch_size // training.hosts} each")
+    fields.append(f"estimated for the {plan.backend} backend")
+    return fields
+
+
+def render_plan(plan: Plan, nodes: list[str] | None = None) -> None:
+    """`nodes`: words for a --hostfile run, whose budget is the smallest node's."""
+    model = plan.model
+    machine = machine_fields(plan.machine)
+    if nodes:
+        kind = "unified memory" if plan.machine.unified else "GPU memory"
+        machine = [*nodes, f"{format_gb(plan.machine.total_bytes)} {kind}", *machine[1:3]]
+    print_fields("Machine", machine)
     model_bits = f"{model.bits}-bit quantized" if model.quantized else model.dtype
-    console.print(
-        f"[bold]Model[/]    {model.id} · {model.model_type or 'unknown architecture'}"
-        f" · {format_count(model.params)} parameters ({model.params:,})"
-        f" · {model_bits} · from {SOURCE_LABEL[model.source]}"
-    )
-    layers = "all" if training.num_layers == -1 else str(training.num_layers)
+    print_fields("Model", [
+        model.id, *([model.model_type] if model.model_type else []),
+        f"{format_count(model.params)} parameters ({model.params:,})", model_bits, f"from {SOURCE_LABEL[model.source]}",
+    ])
     if plan.calibration is not None:
-        console.print(f"[bold]Calibration[/] {plan.calibration.describe()}: {format_size(plan.calibration.offset_bytes)} added")
-    console.print(
-        f"[bold]Run[/]      {training.fine_tune_type} · {layers} layers · batch {training.batch_size}"
-        f" × {training.max_seq_length} tokens · rank {training.rank} · {training.optimizer}"
-        + (" · grad checkpoint" if training.grad_checkpoint else "")
-        + f" · estimated for the {plan.backend} backend"
-    )
+        c = plan.calibration
+        print_fields("Calibration", [f"{format_size(c.offset_bytes)} added, the median gap of {c.count} "
+                                     f"measurement{'s' if c.count != 1 else ''} on this machine"], indent=12)
+    print_fields("Run", run_fields(plan))
     print_warnings(plan.machine)
     if model.rule_only_reason:
         console.print(f"[yellow]Note[/]     {model.rule_only_reason}")
@@ -177,7 +302,7 @@ def render_plan(plan: Plan) -> None:
     if not detailed:  # with a breakdown, the stacked bars below show this
         table.add_column("vs budget", no_wrap=True)
     for e in plan.estimates:
-        label = METHOD_LABELS[e.method] + (" ◀" if e.selected else "")
+        label = method_label(e.method, plan.training) + (" ◀" if e.selected else "")
         row = [Text(label, style="bold" if e.selected else ""), format_gb(e.predicted_bytes)]
         if detailed:
             row.append(format_gb(e.rule_bytes))
@@ -187,54 +312,139 @@ def render_plan(plan: Plan) -> None:
         table.add_row(*row)
     console.print(table)
     if detailed:
-        console.print("[dim]◀ your run. Estimate: mlxfit's detailed model of mlx-lm's peak; rule: the source's rule of thumb.[/]")
+        quantized = " The base is already quantized: LoRA on it is QLoRA (no 16-bit LoRA row)." if model.quantized else ""
+        print_hanging("[dim]◀ your run. Estimate: mlxfit's detailed model of mlx-lm's peak; rule: the rule of "
+                      f"thumb (moderate lengths and small batches).{quantized}[/]", indent=2)
+        why = rule_gap(plan)
+        if why:
+            print_hanging(f"[dim]{why}[/]", indent=2)
         render_breakdowns(plan)
     else:
-        console.print("[dim]◀ your run. No architecture for a bare size, so only the source's rule of thumb (SPEC §2): LoRA 2 GB/B + 3, QLoRA 0.7 GB/B + 3, full 12 GB/B + 4.[/]")
+        print_hanging("[dim]◀ your run. A bare size has no architecture, so this is the rule of thumb (moderate "
+                      "lengths and small batches): LoRA 2 GB per billion parameters + 3 GB, QLoRA 0.7 GB/B + 3, "
+                      "full 12 GB/B + 4.[/]", indent=2)
+        render_reference(plan)
     render_remedies(plan)
+
+
+RULE_GAP = 2.0  # the estimate this many times the rule gets a word on why
+
+
+def rule_gap(plan: Plan) -> str | None:
+    """One line on why the detailed estimate is far above the rule of thumb."""
+    e, training = plan.selected, plan.training
+    if not e.detailed or e.predicted_bytes < RULE_GAP * e.rule_bytes:
+        return None
+    named = ("attention scores", "logits and gradient", "adapter outputs", "activations", "dora temporaries")
+    parts = sorted(((n, e.detailed.parts.get(n, 0)) for n in named), key=lambda p: -p[1])
+    big = ", ".join(f"{n} {format_gb(b)}" for n, b in parts[:3] if b)
+    width = min(plan.length, training.max_seq_length) if plan.length else training.max_seq_length
+    return (f"The estimate is {e.predicted_bytes / e.rule_bytes:.1f}× the rule: at batch {training.batch_size} "
+            f"× {tokens(width)} the step holds {big}, which the rule's fixed 3-4 GB leaves out.")
+
+
+def render_reference(plan: Plan) -> None:
+    """A bare size: the detailed estimate of a catalog model of about that size beside the rule."""
+    ref = plan.reference
+    if ref is None:
+        return
+    training = ref.training
+    figures = " · ".join(f"{METHOD_LABELS[m]} {format_gb(b)}" for m, b in ref.estimates.items())
+    print_hanging(
+        f"[dim]A real model of this size, {ref.model.id} ({format_count(ref.model.params)}), by the detailed "
+        f"estimate at batch {training.batch_size} × {tokens(training.max_seq_length)} ({settings_words(training)}) "
+        f"on the {ref.backend} backend:[/] {figures}. "
+        f"[dim]For a plan with lengths and batches, probe it: --model {ref.model.id}[/]",
+        indent=2,
+    )
+
+
+def settings_words(training) -> str:
+    """What a reference estimate's batch × length stands for."""
+    from .training import defaults
+
+    d = defaults()
+    if (training.batch_size, training.max_seq_length) == (d["batch_size"], d["max_seq_length"]):
+        return "mlx-lm's defaults, every batch full length: the worst case"
+    return "your settings, every batch full length"
+
+
+def render_units_note() -> None:
     console.print("[dim]GB = 10^9 bytes.[/]")
 
 
 def render_breakdowns(plan: Plan) -> None:
     scale = max([plan.machine.usable_bytes] + [e.predicted_bytes for e in plan.estimates])
     for e in plan.estimates:
-        line = Text(f"  {METHOD_LABELS[e.method]:<6}")
+        line = Text(f"  {method_label(e.method, plan.training):<6}")
         line.append_text(stacked_bar(e.detailed.parts, scale, plan.machine.usable_bytes))
         line.append(f" {format_gb(e.predicted_bytes)}")
         console.print(line)
     shown = [name for name in PART_STYLES if any(e.detailed.parts.get(name) for e in plan.estimates)]
-    legend = Text("  ")
-    for name in shown:
-        legend.append("█ ", style=PART_STYLES[name])
-        legend.append(name + "  ")
-    console.print(legend)
+    legend = [Text.assemble((part_glyph(name), PART_STYLES[name]), " ", name) for name in shown]
+    print_fields("", legend, sep="  ", indent=2)
     selected = plan.selected.detailed
     parts = ", ".join(f"{name} {format_size(n)}" for name, n in selected.parts.items() if n)
     phase = PHASE_WORDS.get(selected.features.get("phase"), "the backward pass")
-    console.print(f"[dim]  your run peaks during {phase}: {parts}[/]")
+    print_hanging(f"[dim]  your run peaks during {phase}: {parts}[/]", indent=4)
 
 
 def render_remedies(plan: Plan) -> None:
-    from .plan import cheapest_fitting
-
-    if not plan.remedies:
+    if not plan.remedies and not plan.options:
         return
-    console.print(f"[bold]{METHOD_LABELS[plan.training.method]} does not fit. What to change, in this order:[/]")
-    best = cheapest_fitting(plan)
-    for i, r in enumerate(plan.remedies, 1):
-        if r.new_bytes is None:
-            result = ""
+    label, usable = run_label(plan.training), format_gb(plan.machine.usable_bytes)
+    if plan.options:
+        best, *others = plan.options
+        console.print(f"[bold]{label} does not fit the {usable} budget. The plan that fits at the least cost:[/]")
+        render_option(best)
+        if others:
+            console.print("[bold]Alternatives:[/]")
+            for option in others:
+                render_option(option)
+        print_hanging("[dim]Add the flags to your command; probing again confirms the plan. Cheapest first: what "
+                      "costs only speed (checkpointing, accumulation), then what changes the training.[/]", indent=0)
+    elif plan.model.architecture is not None:
+        print_hanging(f"[bold]{label} does not fit the {usable} budget, and no combination of the remedies "
+                      "below (nor a smaller catalog model) makes it fit: it needs a machine with more memory.[/]",
+                      indent=0)
+    else:
+        console.print(f"[bold]{label} does not fit the {usable} budget. What to change:[/]")
+    if plan.remedies:
+        title = "Each change alone:" if plan.options or plan.model.architecture is not None else None
+        if title:
+            console.print(f"[dim]{title}[/]")
+        for r in plan.remedies:
+            if r.new_bytes is None:
+                result = ""
+            else:
+                word = r.verdict or ("fits" if r.fits else "does not fit")
+                result = f" → {format_gb(r.new_bytes)}, [{VERDICT_STYLE[word]}]{word}[/]"
+            print_hanging(f"  [bold]{r.change}[/]{result} · [dim]{r.why}[/]", indent=4)
+
+
+def flag_pairs(flags: str) -> list[str]:
+    """'--a 1 --b --c 2' -> ['--a 1', '--b', '--c 2']: the units a line may break between."""
+    pairs: list[str] = []
+    for word in flags.split():
+        if word.startswith("-") or not pairs:
+            pairs.append(word)
         else:
-            word = "fits" if r.fits else "still does not fit"
-            result = f" → {format_gb(r.new_bytes)}, [{VERDICT_STYLE['fits' if r.fits else 'does not fit']}]{word}[/]"
-        console.print(f"  {i}. [bold]{r.change}[/]{result}  [dim]{r.why}[/]")
-    if best is not None:
-        console.print(f"[bold]Cheapest single change that fits:[/] {best.change} → {format_gb(best.new_bytes)}")
+            pairs[-1] += " " + word
+    return pairs
+
+
+def render_option(option) -> None:
+    style = VERDICT_STYLE.get(option.verdict, "")
+    print_fields("", [Text(p, style="bold") for p in flag_pairs(option.flags)], sep=" ", indent=4)
+    costs = "; ".join(c.costs for c in option.changes)
+    kind = "costs speed only" if option.speed_only else "costs"
+    print_hanging(f"      → {format_gb(option.new_bytes)}, [{style}]{option.verdict}[/] · {kind}: [dim]{costs}[/]", indent=8)
 
 
 def render_fits(table_data: FitsTable) -> None:
-    console.print(f"[bold]Machine[/]  {machine_line(table_data.machine)}")
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    print_fields("Machine", machine_fields(table_data.machine))
+    print_warnings(table_data.machine)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="By the rule of thumb", title_justify="left")
     table.add_column("model size", justify="right")
     for method in ("lora", "qlora", "full"):
         table.add_column(METHOD_LABELS[method], justify="right")
@@ -245,7 +455,35 @@ def render_fits(table_data: FitsTable) -> None:
         ]
         table.add_row(f"{size:g}B", *cells)
     console.print(table)
-    console.print("[dim]Rule of thumb (SPEC §2). GB = 10^9 bytes.[/]")
+    print_hanging("[dim]The rule of thumb: per billion parameters LoRA 2 GB + 3, QLoRA 0.7 GB + 3, full 12 GB + 4; "
+                  "it assumes moderate lengths and small batches.[/]", indent=0)
+    if not table_data.references:
+        return
+    usable = table_data.machine.usable_bytes
+    first = table_data.references[0][1]
+    detail = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="A real model of each size, by the detailed estimate",
+                   title_justify="left")
+    detail.add_column("size", justify="right")
+    detail.add_column("catalog model")
+    for method in ("lora", "qlora", "full"):
+        detail.add_column(METHOD_LABELS[method], justify="right")
+    for size, ref in table_data.references:
+        cells = []
+        for method in ("lora", "qlora", "full"):
+            need = ref.estimates[method]
+            v = verdict(need, usable)
+            cells.append(Text(f"{format_gb(need, 0)} {VERDICT_MARK[v]}", style=VERDICT_STYLE[v]))
+        detail.add_row(f"{size:g}B", ref.model.id.split("/")[-1], *cells)
+    console.print(detail)
+    t = first.training
+    print_hanging(
+        f"[dim]At batch {t.batch_size} × {tokens(t.max_seq_length)}, the last {t.num_layers} layers, rank {t.rank} "
+        f"({settings_words(t)}), {first.backend} backend; ✓ fits, "
+        "! tight, ✗ does not fit. Attention scores and logits grow with batch × length, which the rule leaves out: "
+        "probe a model with your own --batch-size, --max-seq-length or --data for a plan.[/]",
+        indent=0,
+    )
+    console.print("[dim]GB = 10^9 bytes.[/]")
 
 
 def render_models(rows: list[dict]) -> None:
@@ -350,7 +588,8 @@ def render_calibration(directory, entries: list[dict]) -> None:
 
 
 def render_hosts(checks: list[dict]) -> None:
-    console.print(f"[bold]Per node[/] ({len(checks)} hosts under mlx.launch, each with the whole model and its share of the batch)")
+    print_hanging(f"[bold]Per node[/] ({len(checks)} hosts under mlx.launch, each with the whole model and its "
+                  "share of the batch)", indent=2)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name, justify in (("host", "left"), ("memory", "right"), ("budget", "right"), ("per-node need", "right"), ("verdict", "left")):
         table.add_column(name, justify=justify)
@@ -392,16 +631,23 @@ def render_config_notes(resolved) -> None:
 
 def render_data(stats) -> None:
     approx = " (approximate: no tokenizer)" if stats.approximate else ""
-    console.print(
-        f"[bold]Data[/]     {stats.file} · {stats.format} · {stats.examples:,} examples · tokens p50 {stats.p50}"
-        f" · p90 {stats.p90} · p99 {stats.p99} · max {stats.max} · widest batch {stats.worst_batch_tokens}{approx}"
-    )
+    print_fields("Data", [
+        str(stats.file), stats.format, f"{stats.examples:,} examples",
+        f"tokens p50 {stats.p50} · p90 {stats.p90} · p99 {stats.p99} · max {stats.max}",
+        f"widest batch {stats.worst_batch_tokens}{approx}",
+    ])
     console.print(f"[dim]         tokenizer: {stats.tokenizer_source}[/]")
     if stats.skipped_lines:
         lines = ", ".join(str(n) for n, _ in stats.bad_lines)
-        console.print(f"[yellow]warning:[/] skipped {stats.skipped_lines} malformed lines (first: {lines})")
+        word = "line" if stats.skipped_lines == 1 else "lines"
+        console.print(f"[yellow]warning:[/] skipped {stats.skipped_lines} malformed {word} (first: {lines})")
+
+
+def render_input_warnings(warnings: list[str]) -> None:
+    for warning in warnings:
+        print_hanging(f"[yellow]warning:[/] {warning}", indent=2)
 
 
 def render_advice(notes: list[str]) -> None:
     for note in notes:
-        console.print(f"[yellow]advice:[/] {note}")
+        print_hanging(f"[yellow]advice:[/] {note}", indent=2)

@@ -263,3 +263,57 @@ def _yaml_type(value) -> str:
     return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
         type(value), type(value).__name__
     )
+
+
+# --- what only makes sense with the command line's other inputs -------------------
+
+
+def one_model(positional: str | None, option: str | None) -> str | None:
+    """`mlxfit probe MODEL` and `--model MODEL` name the same thing; given both,
+    --model wins, so that a plan's `--model ...` pastes onto either form."""
+    return option or positional
+
+
+def check_method(method: str | None, fine_tune_type: str | None) -> None:
+    """--method is a shortcut for --fine-tune-type (and a 4-bit base): they must agree."""
+    if method is None or fine_tune_type is None:
+        return
+    if (method == "full") != (fine_tune_type == "full"):
+        raise BadInput(
+            f"--method {method} conflicts with --fine-tune-type {fine_tune_type}: give one "
+            "(--method qlora goes with --fine-tune-type lora or dora)"
+        )
+
+
+def with_method(training: TrainingConfig, method: str | None) -> TrainingConfig:
+    """Apply --method to a resolved run (it overrides the config file's fine_tune_type)."""
+    from dataclasses import replace
+
+    if method is None:
+        return training
+    if method == "full":
+        return replace(training, fine_tune_type="full", quantize=False)
+    fine_tune_type = "lora" if training.fine_tune_type == "full" else training.fine_tune_type
+    return replace(training, fine_tune_type=fine_tune_type, quantize=(method == "qlora"))
+
+
+def check_against_model(training: TrainingConfig, model) -> list[str]:
+    """Settings that cannot be right for this model: an error, or a warning where
+    the model's config says it may be meant (rope_scaling stretches the context)."""
+    warnings: list[str] = []
+    if model.architecture is None:
+        return warnings
+    training.layers_trained(model.architecture.num_layers)
+    from .architecture import text_config
+
+    config = text_config(model.config or {})
+    context = config.get("max_position_embeddings")
+    if isinstance(context, int) and training.max_seq_length > context:
+        message = (
+            f"--max-seq-length {training.max_seq_length:,} is past {model.id}'s context of "
+            f"{context:,} tokens (max_position_embeddings)"
+        )
+        if not config.get("rope_scaling"):
+            raise BadInput(f"{message}: give {context:,} or less")
+        warnings.append(f"{message}; its rope_scaling may stretch that, check the model card")
+    return warnings

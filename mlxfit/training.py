@@ -12,6 +12,7 @@ from .errors import BadInput
 
 FINE_TUNE_TYPES = ("lora", "dora", "full")
 OPTIMIZERS = ("adam", "adamw", "muon", "sgd", "adafactor")
+GROUP_SIZES = (32, 64, 128)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ class TrainingConfig:
             raise BadInput(f"num-layers must be positive or -1 (all), got {self.num_layers}")
         if self.bits not in (2, 3, 4, 5, 6, 8):
             raise BadInput(f"bits must be one of 2, 3, 4, 5, 6, 8, got {self.bits}")
+        if self.group_size not in GROUP_SIZES:
+            # mlx.core.quantize: affine quantization takes groups of 32, 64 or 128.
+            raise BadInput(f"group-size must be one of 32, 64, 128 (MLX quantizes in these groups), got {self.group_size}")
         if self.batch_size % self.hosts:
             # mlx_lm/tuner/trainer.py iterate_batches refuses this too.
             raise BadInput(f"The batch size must be divisible by the number of workers: {self.batch_size} over {self.hosts} hosts")

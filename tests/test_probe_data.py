@@ -84,3 +84,21 @@ def test_malformed_data_line_is_named(tmp_path, model_with_tokenizer):
 def test_missing_config_file():
     result = CliRunner().invoke(cli, ["probe", "-c", "/nonexistent/lora.yaml"])
     assert result.exit_code == 2 and "lora.yaml" in result.output
+
+
+def test_data_width_on_the_run_line_and_plans_keep_the_long_tail(model_with_tokenizer, data_folder):
+    """The Run line shows the widest batch the estimate uses; a plan never cuts below
+    the length that keeps 99% of the examples whole."""
+    args = ["--model", str(model_with_tokenizer), "--num-layers", "-1", "--data", str(data_folder),
+            "--max-seq-length", "2048", "--batch-size", "8", "--memory", "0.04GB", "--reserve", "0"]
+    data = probe_json(*args)
+    width = data["data"]["worst_batch_tokens"]
+    text = " ".join(CliRunner().invoke(cli, ["probe", *args]).output.split())
+    assert f"batch 8 × {width} tokens (your data's widest batch; --max-seq-length 2048)" in text
+    floor = data["data"]["max"]  # 40 examples: keeping 99% whole keeps every one
+    proposed = [o["flags"] for o in data["plan"]] + [r["change"] for r in data["remedies"]]
+    assert proposed
+    for flags in proposed:
+        words = flags.split()
+        if "--max-seq-length" in words:
+            assert int(words[words.index("--max-seq-length") + 1]) >= floor

@@ -86,17 +86,24 @@ def test_fits_table_reproduces_the_36gb_example():
     assert rows[32][1].fits  # QLoRA
 
 
-def test_remedies_follow_the_source_order():
+def test_bare_size_remedies_are_what_the_rule_can_size():
+    """The rule sizes the method and the model, not lengths or batches: no remedy it cannot size."""
     plan = make_plan(laptop(), from_size("14B"), TrainingConfig())
     changes = [r.change for r in plan.remedies]
-    assert changes[0].startswith("--max-seq-length")
-    assert changes[1].startswith("--batch-size")
-    assert changes[2] == "--method qlora" and plan.remedies[2].fits
-    assert changes[3] == "--grad-checkpoint"
-    assert "at most" in changes[4] and plan.remedies[4].fits
+    assert changes[0] == "--method qlora" and plan.remedies[0].fits
+    assert "at most" in changes[1] and plan.remedies[1].fits
+    assert all(r.new_bytes is not None for r in plan.remedies)
+
+
+def test_single_changes_follow_the_source_order():
+    from mlxfit.model import from_catalog
+
+    plan = make_plan(laptop(), from_catalog("Qwen/Qwen2.5-14B-Instruct"), TrainingConfig())
+    dims = [r.change.split()[0] for r in plan.remedies]
+    assert dims == ["--max-seq-length", "--batch-size", "--method", "--grad-checkpoint", "--num-layers", "--model"]
 
 
 def test_full_remedies_offer_lora():
     plan = make_plan(laptop(), from_size("3B"), TrainingConfig(fine_tune_type="full"))
-    lora = next(r for r in plan.remedies if r.change == "--fine-tune-type lora")
+    lora = next(r for r in plan.remedies if r.change == "--method lora --fine-tune-type lora")
     assert lora.new_bytes == 9 * GB and lora.fits
