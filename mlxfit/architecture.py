@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten
 
 from . import lazy_model
+from .module_tree import modules as _modules, size as _size, walk as _walk
 from .errors import MlxfitError
 from .lazy_model import text_config
 from .mlx_lm_modules import MODEL_REMAPPING, installed_model_types
@@ -207,7 +208,7 @@ def _int_attr(module: nn.Module, names) -> int:
 
 def _submodules(block: nn.Module) -> list[tuple[str, nn.Module]]:
     """(path, module) of everything inside a block, shallowest first."""
-    return sorted(((k, m) for k, m in block.named_modules() if k), key=lambda km: km[0].count("."))
+    return sorted(((k, m) for k, m in _modules(block) if k), key=lambda km: km[0].count("."))
 
 
 def _attention(modules) -> tuple[str, nn.Module] | tuple[None, None]:
@@ -243,7 +244,7 @@ def _kind(block: nn.Module, modules, index: int, config: dict) -> str:
     _, attention = _attention(modules)
     if attention is None:
         return "mlp"
-    if (type(attention).__name__.lower().endswith("mla") or "kv_a_proj_with_mqa" in dict(attention.named_modules())
+    if (type(attention).__name__.lower().endswith("mla") or "kv_a_proj_with_mqa" in dict(_modules(attention))
             or hasattr(attention, "kv_lora_rank")):
         return "mla"
     layer_types = config.get("layer_types")
@@ -262,8 +263,8 @@ def _block(block: nn.Module, index: int, config: dict, hidden: int) -> Block:
         if _is_linear(module):
             n_in, n_out, experts = _dims(module)
             linears.append(Linear(path, n_in, n_out, "bias" in module, experts))
-            inside += sum(p.size for _, p in tree_flatten(module.parameters()))
-    total = sum(p.size for _, p in tree_flatten(block.parameters()))
+            inside += _size(module)
+    total = _size(block)
     kind = _kind(block, modules, index, config)
     mixer = _mixer_path(modules)
     prefix = f"{mixer}." if mixer else None
@@ -311,7 +312,7 @@ _EMBEDDING_NAMES = ("embed_tokens", "wte", "tok_embeddings", "word_embeddings", 
 
 
 def _outside_blocks(model: nn.Module, kind) -> list[tuple[str, nn.Module]]:
-    return [(k, m) for k, m in model.named_modules() if kind(m) and ".layers." not in f".{k}."]
+    return [(k, m) for k, m in _modules(model, skip={id(b) for b in model.layers}) if kind(m)]
 
 
 def _token_embedding(embeddings) -> tuple[str, nn.Module] | None:
@@ -338,8 +339,7 @@ def from_model(model: nn.Module, config: dict) -> Architecture:
     vocab, hidden = _rows_cols(token[1])
     heads = [(k, m) for k, m in _outside_blocks(model, _is_linear) if k.split(".")[-1] == "lm_head"]
     blocks = tuple(_block(layer, i, inner, hidden) for i, layer in enumerate(layers))
-    block_ids = {id(p) for layer in layers for _, p in tree_flatten(layer.parameters())}
-    outside = {k: v for k, v in tree_flatten(model.parameters()) if id(v) not in block_ids}
+    outside = {k: v for k, v in _walk(model, skip={id(b) for b in layers}) if isinstance(v, mx.array)}
     # Embeddings and heads count their weights' elements; quantized scales and
     # biases are storage, not parameters. A head's own bias is a parameter.
     counted = {f"{k}.{name}" for k, _ in embeddings for name in ("weight", "scales", "biases")}

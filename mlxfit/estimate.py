@@ -22,9 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from mlx.utils import tree_flatten
-
-from . import lazy_model
+from . import lazy_model, module_tree
 from .architecture import Architecture, Block
 from .model import ModelInfo
 from .training import TrainingConfig
@@ -81,7 +79,7 @@ def _counted(config_key: str, bits, group_size, fine_tune_type: str, num_layers:
         trainable = lazy_model.full_parameters(base, num_layers)
     else:
         trainable = lazy_model.adapter_parameters(base, num_layers, rank, fine_tune_type == "dora", keys)
-    base_bytes = sum(v.nbytes for _, v in tree_flatten(base.parameters()))
+    base_bytes = module_tree.nbytes(base)
     return base_bytes, tuple((tuple(v.shape), v.dtype.size) for _, v in trainable)
 
 

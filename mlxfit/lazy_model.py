@@ -24,8 +24,9 @@ from functools import lru_cache
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten, tree_unflatten
+from mlx.utils import tree_flatten
 
+from . import module_tree
 from .errors import MlxfitError
 from .mlx_lm_modules import import_module, model_classes, module_name
 
@@ -127,7 +128,7 @@ def _sanitize(model: nn.Module, config: dict) -> None:
     then drop theirs."""
     if not hasattr(model, "sanitize"):
         return
-    weights = dict(tree_flatten(model.parameters()))
+    weights = dict(module_tree.arrays(model))
     if _tied(config):
         weights = {k: v for k, v in weights.items() if not k.endswith("lm_head.weight")}
     try:
@@ -189,13 +190,13 @@ def build(config: dict) -> nn.Module:
     """mlx-lm's model of this config, as load_model leaves it; nothing evaluated."""
     model = _construct(config)
     _sanitize(model, config)
-    model.set_dtype(checkpoint_dtype(config))
+    module_tree.set_dtype(model, checkpoint_dtype(config))
     quant = _quantization(config)
     if quant:
         _apply_saved_quantization(model, quant)
     if not hasattr(model, "layers") or len(model.layers) == 0:
         raise NotSizable(f"mlx-lm's {module_name(config)!r} model has no transformer blocks to train")
-    if sum(p.size for _, p in tree_flatten(model.parameters())) == 0:
+    if module_tree.size(model) == 0:
         raise MlxfitError("config.json describes a model with no parameters")
     return model
 
@@ -224,10 +225,6 @@ def base_model(config: dict, bits: int | None = None, group_size: int | None = N
     return _cached(_config_key(config), bits, group_size)
 
 
-def is_quantized(model: nn.Module) -> bool:
-    return any(hasattr(m, "bits") for _, m in model.named_modules())
-
-
 # -- LoRA / DoRA: mlx_lm/tuner/utils.py linear_to_lora_layers ----------------
 
 def _lora_types():
@@ -252,15 +249,8 @@ def default_lora_keys(model: nn.Module) -> set[str]:
 def _default_lora_keys(model: nn.Module) -> set[str]:
     switch, _, _ = _lora_types()
     types = (nn.Linear, nn.QuantizedLinear, switch.SwitchLinear, switch.QuantizedSwitchLinear, nn.Embedding, nn.QuantizedEmbedding)
-    keys = set()
-
-    def visit(path, module):
-        if hasattr(module, "to_lora") or isinstance(module, types):
-            keys.add(path)
-
-    for layer in model.layers:
-        layer.apply_to_modules(visit)
-    return keys
+    return {path for layer in model.layers for path, module in module_tree.modules(layer)
+            if path and (hasattr(module, "to_lora") or isinstance(module, types))}
 
 
 def to_lora(module: nn.Module, rank: int, scale: float, dropout: float, dora: bool) -> nn.Module:
@@ -289,8 +279,8 @@ def adapted_modules(model: nn.Module, num_layers: int, keys) -> list[tuple[int |
     n = len(layers) if num_layers < 0 else num_layers
     found = []
     for i in range(len(layers) - n, len(layers)):
-        found += [(i, k, m) for k, m in layers[i].named_modules() if k in keys]
-    found += [(None, k, m) for k, m in model.named_modules() if k in keys]
+        found += [(i, k, m) for k, m in module_tree.modules(layers[i]) if k in keys]
+    found += [(None, k, m) for k, m in module_tree.modules(model) if k in keys]
     return found
 
 
@@ -320,22 +310,4 @@ def full_parameters(model: nn.Module, num_layers: int) -> list[tuple[str, mx.arr
     """mlx_lm/lora.py, fine_tune_type full: only the last num_layers blocks unfreeze."""
     layers = model.layers
     n = len(layers) if num_layers < 0 else num_layers
-    return [
-        (f"layers.{i}.{k}", v)
-        for i in range(len(layers) - n, len(layers))
-        for k, v in tree_flatten(layers[i].parameters())
-    ]
-
-
-def apply_lora(model: nn.Module, num_layers: int, rank: int, dora: bool, keys=None,
-               scale: float = 20.0, dropout: float = 0.0) -> None:
-    """Wrap the model in place as linear_to_lora_layers does (for the measuring child)."""
-    keys = default_lora_keys(model) if keys is None else set(keys)
-    layers = model.layers
-    for layer in layers[len(layers) - (len(layers) if num_layers < 0 else num_layers):]:
-        converted = [(k, to_lora(m, rank, scale, dropout, dora)) for k, m in layer.named_modules() if k in keys]
-        if converted:
-            layer.update_modules(tree_unflatten(converted))
-    top = [(k, to_lora(m, rank, scale, dropout, dora)) for k, m in model.named_modules() if k in keys]
-    if top:
-        model.update_modules(tree_unflatten(top))
+    return [(f"layers.{i}.{k}", v) for i in range(len(layers) - n, len(layers)) for k, v in module_tree.arrays(layers[i])]

@@ -59,7 +59,7 @@ class ModelInfo:
 
 
 @lru_cache(maxsize=1)
-def _catalog_entries() -> list[dict]:
+def catalog_entries() -> list[dict]:
     text = resources.files("mlxfit").joinpath("data/catalog.json").read_text()
     return json.loads(text)["models"]
 
@@ -67,7 +67,7 @@ def _catalog_entries() -> list[dict]:
 @lru_cache(maxsize=1)
 def catalog() -> dict[str, tuple[str, dict]]:
     """Lower-cased hub id -> (hub id, config), from the shipped data file."""
-    return {m["id"].lower(): (m["id"], m["config"]) for m in _catalog_entries()}
+    return {m["id"].lower(): (m["id"], m["config"]) for m in catalog_entries()}
 
 
 _SIZE_TOKEN = re.compile(r"^(\d+(\.\d+)?[bBmM]|\d+x\d+[bB]|[aAeE]\d+[bB]|\d+k)$")
@@ -86,7 +86,7 @@ def family(model_id: str) -> str:
 def catalog_rows() -> list[dict]:
     """What `mlxfit models` lists: family, size and architecture of each entry."""
     rows = []
-    for entry in _catalog_entries():
+    for entry in catalog_entries():
         info = from_catalog(entry["id"])
         arch = info.architecture
         rows.append({

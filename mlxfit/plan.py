@@ -116,22 +116,41 @@ class Reference:
         }
 
 
-@lru_cache(maxsize=1)
-def catalog_models() -> tuple[ModelInfo, ...]:
-    """Every catalog model with its architecture, built once per process."""
-    from .model import catalog, from_catalog
+@dataclass(frozen=True)
+class CatalogSize:
+    id: str
+    params: int
+    model_type: str
+    moe: bool
 
-    return tuple(m for m in (from_catalog(hub_id) for hub_id, _ in catalog().values()) if m.architecture is not None)
+
+@lru_cache(maxsize=1)
+def catalog_sizes() -> tuple[CatalogSize, ...]:
+    """Every catalog model's size, from the catalog's data (nothing built)."""
+    from .model import catalog_entries, text_config
+
+    return tuple(
+        CatalogSize(e["id"], e["params"], text_config(e["config"]).get("model_type") or e["config"]["model_type"], e["moe"])
+        for e in catalog_entries()
+    )
+
+
+@lru_cache(maxsize=None)
+def catalog_model(hub_id: str) -> ModelInfo:
+    """A catalog model with its architecture, built once per process, when asked."""
+    from .model import from_catalog
+
+    return from_catalog(hub_id)
 
 
 def nearest_catalog_model(params: int) -> ModelInfo | None:
     """The dense catalog model whose size is nearest (by ratio) to `params`."""
     import math
 
-    dense = [m for m in catalog_models() if not m.architecture.is_moe]
+    dense = [m for m in catalog_sizes() if not m.moe]
     if not dense or params <= 0:
         return None
-    return min(dense, key=lambda m: abs(math.log(m.params / params)))
+    return catalog_model(min(dense, key=lambda m: abs(math.log(m.params / params))).id)
 
 
 def reference_for(params: int, training: TrainingConfig, backend: str) -> Reference | None:

@@ -288,14 +288,15 @@ def smaller_model(machine, model: ModelInfo, training: TrainingConfig, backend: 
     """The largest catalog model smaller than this one that fits by the detailed
     estimate, at these settings (or, when `changes`, with QLoRA, checkpointing and
     a smaller batch as needed, cheapest first). Same architecture family first."""
-    from .plan import catalog_models
+    from .plan import catalog_model, catalog_sizes
 
     size = _sizer(backend, calibration, length, machine.usable_bytes)
-    candidates = [other for other in catalog_models() if other.params < model.params]
+    candidates = [other for other in catalog_sizes() if other.params < model.params]
     same = [m for m in candidates if m.model_type == model.model_type]
     for group in (same, [m for m in candidates if m.model_type != model.model_type]):
         for other in sorted(group, key=lambda m: -m.params):
-            option = _fit_other(size, model, other, training, changes)
+            built = catalog_model(other.id)  # built only when it is tried
+            option = _fit_other(size, model, built, training, changes) if built.architecture else None
             if option is not None:
                 return option
     return None
