@@ -20,7 +20,7 @@ from mlx_lm.utils import MODEL_ARCHITECTURE_REMAPPING, MODEL_REMAPPING, _get_cla
 from mlxfit import lazy_model, mlx_lm_modules
 from mlxfit.architecture import architecture_from_config
 from mlxfit.errors import MlxfitError
-from mlxfit.model import _from_config, catalog
+from mlxfit.model import _from_config, catalog, catalog_entries
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ALL_CONFIGS = json.loads((FIXTURES / "tiny_configs.json").read_text())
@@ -169,10 +169,12 @@ def test_catalog_matches_published_totals(hub_id, params):
     assert architecture_from_config(config).params == params
 
 
-def test_every_catalog_entry_builds():
-    for hub_id, config in catalog().values():
-        arch = architecture_from_config(config)
-        assert arch.params > 0 and arch.num_layers > 0, hub_id
+def test_every_catalog_entry_builds_to_its_recorded_size():
+    """The catalog's `params` and `moe` (which remedies pick candidates by) are mlx-lm's model's."""
+    for entry in catalog_entries():
+        arch = architecture_from_config(entry["config"])
+        assert (entry["params"], entry["moe"]) == (arch.params, arch.is_moe), entry["id"]
+        assert arch.num_layers > 0
 
 
 def test_parts_add_up():
