@@ -6,15 +6,16 @@ measurements, and return short sentences with numbers.
 
 from __future__ import annotations
 
-
-from .dataset import DataStats, padded_length, smallest_max_length
 from .plan import Plan, predict
 from .units import format_gb
 
 KEEP_SHARE = 0.95
 
 
-def data_advice(plan: Plan, stats: DataStats) -> list[str]:
+def data_advice(plan: Plan, stats) -> list[str]:
+    """`stats`: mlxfit.dataset.DataStats (imported only when there is data)."""
+    from .dataset import padded_length, smallest_max_length
+
     training, model = plan.training, plan.model
     notes: list[str] = []
     if stats.truncated:

@@ -17,7 +17,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from . import lazy_model
-from .module_tree import modules as _modules, size as _size, walk as _walk
+from .module_tree import modules as _modules, walk as _walk
 from .errors import MlxfitError
 from .lazy_model import text_config
 from .mlx_lm_modules import MODEL_REMAPPING, installed_model_types
@@ -206,11 +206,6 @@ def _int_attr(module: nn.Module, names) -> int:
     return 0
 
 
-def _submodules(block: nn.Module) -> list[tuple[str, nn.Module]]:
-    """(path, module) of everything inside a block, shallowest first."""
-    return sorted(((k, m) for k, m in _modules(block) if k), key=lambda km: km[0].count("."))
-
-
 def _attention(modules) -> tuple[str, nn.Module] | tuple[None, None]:
     """The block's softmax attention, shallowest first (the first of a list)."""
     for path, module in modules:
@@ -257,14 +252,17 @@ def _kind(block: nn.Module, modules, index: int, config: dict) -> str:
 
 
 def _block(block: nn.Module, index: int, config: dict, hidden: int) -> Block:
-    modules = _submodules(block)
-    linears, inside = [], 0
+    tree = _walk(block)
+    modules = sorted(((k, m) for k, m in tree if k and isinstance(m, nn.Module)), key=lambda km: km[0].count("."))
+    linears = []
     for path, module in modules:
         if _is_linear(module):
             n_in, n_out, experts = _dims(module)
             linears.append(Linear(path, n_in, n_out, "bias" in module, experts))
-            inside += _size(module)
-    total = _size(block)
+    arrays = [(k, a) for k, a in tree if isinstance(a, mx.array)]
+    linear_prefixes = tuple(f"{l.path}." for l in linears)
+    inside = sum(a.size for k, a in arrays if k.startswith(linear_prefixes))
+    total = sum(a.size for _, a in arrays)
     kind = _kind(block, modules, index, config)
     mixer = _mixer_path(modules)
     prefix = f"{mixer}." if mixer else None

@@ -18,6 +18,7 @@ from .cli_options import (  # noqa: F401  (cli_bench imports them from here too)
     json_option,
     local_calibration,
     machine_options,
+    print_json,
 )
 
 
@@ -102,7 +103,6 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     """
     from pathlib import Path
 
-    from . import render
     from .model import resolve_model
     from .plan import make_plan
     from .runconfig import check_against_model, check_method, one_model, resolve, with_method
@@ -154,8 +154,10 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
             out["hosts"] = host_checks
         if comparison is not None:
             out.update(comparison.to_dict())
-        render.print_json(out)
+        print_json(out)
     else:
+        from . import render  # rich, for text only
+
         render.render_config_notes(resolved)
         render.render_input_warnings(warnings)
         if stats is not None:

@@ -85,6 +85,13 @@ def get_machine(memory, gpu_memory, reserve):
     return build_machine(read_platform(), reserve=reserve, memory=memory, gpu_memory=gpu_memory)
 
 
+def print_json(data: dict) -> None:
+    """JSON on stdout (bytes as integers), without loading the text renderer."""
+    import json
+
+    click.echo(json.dumps(data, indent=2))
+
+
 def local_calibration(machine, backend):
     """Stored measurements correct estimates for this machine's own backend only."""
     from .calibration import calibration

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
 from pathlib import Path
-
-import yaml
 
 from .errors import BadInput, MlxfitError
 from .training import TrainingConfig, defaults
@@ -31,11 +30,16 @@ _FLOAT = re.compile(
 )
 
 
-class YamlLoader(yaml.SafeLoader):
-    """yaml.SafeLoader plus mlx-lm's float resolver."""
+@lru_cache(maxsize=1)
+def yaml_loader():
+    """yaml.SafeLoader plus mlx-lm's float resolver (PyYAML imported only for -c)."""
+    import yaml
 
+    class YamlLoader(yaml.SafeLoader):
+        pass
 
-YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+    YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+    return YamlLoader
 
 # Keys mlx_lm.lora knows: CONFIG_DEFAULTS, the parser's dests, and the keys its
 # dataset loader reads with getattr (mlx_lm/tuner/datasets.py).
@@ -108,10 +112,12 @@ def _jsonable(value):
 
 def load_yaml(path: Path) -> dict:
     """The file as mlx_lm.lora reads it, checked to be a mapping."""
+    import yaml
+
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as fid:
-            data = yaml.load(fid, YamlLoader)
+            data = yaml.load(fid, yaml_loader())
     except FileNotFoundError as e:
         raise BadInput(f"config file {path} not found") from e
     except IsADirectoryError as e:

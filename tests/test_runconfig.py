@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from mlxfit.errors import BadInput, MlxfitError
-from mlxfit.runconfig import CONFIG_KEYS, FEATURE_KEYS, YamlLoader, load_yaml, resolve
+from mlxfit.runconfig import CONFIG_KEYS, FEATURE_KEYS, load_yaml, resolve, yaml_loader
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FLAG_KEYS = ("fine_tune_type", "optimizer", "num_layers", "batch_size", "max_seq_length",
@@ -128,7 +128,7 @@ s: 1.5e3
 
 
 def test_yaml_loader_mirrors_mlx_lm():
-    ours = yaml.load(SAMPLE_YAML, YamlLoader)
+    ours = yaml.load(SAMPLE_YAML, yaml_loader())
     theirs = yaml.load(SAMPLE_YAML, mlx_lm.lora.yaml_loader)
     assert ours.keys() == theirs.keys()
     for key in ours:
