@@ -1,8 +1,15 @@
 """How long does `mlxfit probe --json` (an estimate, nothing measured) take to start
-and answer, against `python -c pass`?
+and answer, against `python -c pass` and, side by side, mlx-train-perf's `plan`?
 
     python benchmarks/startup.py              # 10 runs of each, medians
     python benchmarks/startup.py --repeat 1   # a quick check that it runs
+    python benchmarks/startup.py --mlx-train-perf /tmp/mtp/bin/mlx-train-perf
+
+mlx-train-perf pins other mlx / mlx-lm versions than mlxfit, so it lives in a
+venv of its own: `python -m venv /tmp/mtp && /tmp/mtp/bin/pip install
+"mlx[cpu]==0.32.0" mlx-train-perf` (on Linux). Its `plan` answers one
+configuration from a config.json; mlxfit's probe answers three methods and,
+when the run does not fit, searches the remedies too.
 
 Each command runs in a fresh process (one warm-up run each, not counted), the
 commands interleaved so that both see the same machine. The estimate path must
@@ -62,6 +69,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10, help="runs of each command (median)")
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results", help="where to write the JSON and markdown")
+    parser.add_argument("--mlx-train-perf", type=Path, help="the mlx-train-perf script of a venv that has it")
+    parser.add_argument("--model", default="Qwen/Qwen3-0.6B", help="catalog id both tools answer for")
     args = parser.parse_args()
 
     from mlxfit.calibration import versions  # light: reads package metadata only
@@ -73,7 +82,19 @@ def main() -> None:
             "python -c pass": [sys.executable, "-c", "pass"],
             "mlxfit --version": [*mlxfit_command(), "--version"],
             "mlxfit probe --json": [*mlxfit_command(), "probe", "--json"],
+            f"mlxfit probe --model {args.model} --json": [*mlxfit_command(), "probe", "--model", args.model, "--json"],
+            # A budget the run fits: no remedies to search, one answer as plan gives.
+            f"mlxfit probe --model {args.model} --memory 96GB --json": [
+                *mlxfit_command(), "probe", "--model", args.model, "--memory", "96GB", "--json"],
         }
+        if args.mlx_train_perf:
+            from mlxfit.model import catalog
+
+            config = Path(tmp) / "config.json"
+            config.write_text(json.dumps(catalog()[args.model.lower()][1]))
+            # mlx-lm's defaults: batch 4, 2048 tokens (the model sees 2047), rank 8, 16 layers.
+            commands["mlx-train-perf plan"] = [str(args.mlx_train_perf), "plan", "--config", str(config), "--batch", "4",
+                                               "--seq-len", "2047", "--lora-rank", "8", "--budget-gb", "20", "--json"]
         times: dict[str, list[float]] = {name: [] for name in commands}
         for cmd in commands.values():
             run_once(cmd, env)  # warm-up: the file cache, .pyc files
@@ -92,6 +113,14 @@ def main() -> None:
         "median_s": {name: round(m, 4) for name, m in medians.items()},
         "ratio_to_python": {name: round(m / base, 2) for name, m in medians.items()},
         "probe_ratio": round(medians["mlxfit probe --json"] / base, 2),
+        "probe_to_mlx_train_perf": (
+            round(medians[f"mlxfit probe --model {args.model} --json"] / medians["mlx-train-perf plan"], 2)
+            if "mlx-train-perf plan" in medians else None
+        ),
+        "fitting_probe_to_mlx_train_perf": (
+            round(medians[f"mlxfit probe --model {args.model} --memory 96GB --json"] / medians["mlx-train-perf plan"], 2)
+            if "mlx-train-perf plan" in medians else None
+        ),
         "slowest_imports": imports,
     }
     lines = [
@@ -105,6 +134,11 @@ def main() -> None:
     ]
     for name in commands:
         lines.append(f"| `{name}` | {medians[name] * 1000:.0f} ms | {result['ratio_to_python'][name]:.1f}x |")
+    if result["probe_to_mlx_train_perf"] is not None:
+        lines += ["", f"`mlxfit probe --model {args.model} --json` takes {result['probe_to_mlx_train_perf']:.2f}x the wall of "
+                  "`mlx-train-perf plan` for the same model, measured side by side (on this machine the run does not "
+                  f"fit, so probe also searches the remedies); with a budget it fits, "
+                  f"{result['fitting_probe_to_mlx_train_perf']:.2f}x."]
     lines += ["", "Slowest top-level imports of `mlxfit probe --json` (`-X importtime`, cumulative):", ""]
     lines += [f"- `{r['module']}` {r['cumulative_ms']:.0f} ms" for r in imports]
     text = "\n".join(lines) + "\n"
