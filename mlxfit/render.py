@@ -282,12 +282,12 @@ def render_plan(plan: Plan, nodes: list[str] | None = None) -> None:
     print_fields("Run", run_fields(plan))
     print_warnings(plan.machine)
     if model.rule_only_reason:
-        console.print(f"[yellow]Note[/]     {model.rule_only_reason}")
+        print_hanging(f"[yellow]Note[/]     {model.rule_only_reason}")
     elif plan.selected.basis == "approximate":
         kinds = ", ".join(KIND_WORDS.get(k, k) for k in plan.selected.detailed.features["unmeasured_kinds"])
-        console.print(
-            f"[yellow]Approximate[/] mlxfit's fitted terms were never measured on {kinds} blocks: "
-            "`--measure` runs real steps and is the way to be sure"
+        print_hanging(
+            f"[yellow]Note[/]     approximate: mlxfit's fitted terms were never measured on {kinds} blocks; "
+            "--measure runs real steps and is the way to be sure"
         )
 
     detailed = any(e.detailed for e in plan.estimates)

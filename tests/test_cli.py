@@ -269,3 +269,12 @@ def test_bad_config_values_are_one_line(model_folder, change, message):
     result = CliRunner().invoke(cli, ["probe", "--model", str(model_folder({**TINY["llama"], **change}))])
     assert result.exit_code == 1
     assert result.output.strip() == f"Error: {message}"
+
+
+def test_unmeasured_block_kinds_are_approximate_and_point_to_measure(platform):
+    platform(LINUX_CPU)
+    args = ("probe", "--model", "Qwen/Qwen3.5-4B", "--batch-size", "1", "--max-seq-length", "512")
+    data = run_json(*args)
+    assert {e["basis"] for e in data["estimates"]} == {"approximate"}
+    assert "--measure" in " ".join(run(*args).output.split())
+    assert {e["basis"] for e in run_json("probe", "--model", "Qwen/Qwen3-4B")["estimates"]} == {"detailed"}
