@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 
 from .architecture import Architecture, Linear
 from .model import ModelInfo
+from .runtime import Runtime
 from .training import TrainingConfig
 
 BACKENDS = ("cpu", "metal", "cuda")
@@ -149,6 +150,16 @@ def adapter_shapes(blocks, rank: int, dora: bool) -> list[tuple[int, ...]]:
     return shapes
 
 
+def adapted_blocks(blocks, keys):
+    """The blocks as LoRA sees them: only the linears whose path is in `keys`
+    (mlx_lm/tuner/utils.py linear_to_lora_layers: `k in keys` over the block's
+    named_modules); None keeps every linear (mlx-lm's default since 0.28.2)."""
+    if keys is None:
+        return blocks
+    wanted = set(keys)
+    return [replace(b, linears=tuple(lin for lin in b.linears if lin.path in wanted)) for b in blocks]
+
+
 def full_shapes(blocks) -> list[tuple[int, ...]]:
     shapes = []
     for block in blocks:
@@ -228,22 +239,23 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
     # one block at a time is recomputed with its full activations.
     live_blocks = min(n, 1) if training.grad_checkpoint else n
     full = training.fine_tune_type == "full"
+    adapted = adapted_blocks(blocks, training.lora_keys)
     softcap = arch.model_type == "gemma2"
     if full:
         trainable = full_shapes(blocks)
         param_bytes = s
     else:
-        trainable = adapter_shapes(blocks, training.rank, training.fine_tune_type == "dora")
+        trainable = adapter_shapes(adapted, training.rank, training.fine_tune_type == "dora")
         param_bytes = LORA_BYTES
     dora_weights = adapter_outputs = 0
     if not full:
         # lora.py / dora.py __call__: every adapted layer keeps the base output y and
         # the adapter's z (DoRA also the rescaled output), each B x T x out.
-        outs_per_block = max((sum(lin.out_features for lin in b.linears) for b in blocks), default=0)
+        outs_per_block = max((sum(lin.out_features for lin in b.linears) for b in adapted), default=0)
         adapter_outputs = B * T * outs_per_block * live_blocks * s
     if training.fine_tune_type == "dora":
         # dora.py __call__: the adapted weight w + scale * B^T A^T (float32) of a layer.
-        dora_weights = max((lin.in_features * lin.out_features for b in blocks for lin in b.linears), default=0) * 4
+        dora_weights = max((lin.in_features * lin.out_features for b in adapted for lin in b.linears), default=0) * 4
     linear_bytes, other_bytes = base_weight_bytes(model, training)
     by_width = {f"act_{k}_bytes": B * T * w * live_blocks * s for k, w in widths.items()}
     by_width.update({f"act_full_{k}_bytes": B * T * w * live_blocks * s if full else 0 for k, w in dense.items()})
@@ -313,17 +325,40 @@ TERMS = (
     ("scores_once", "scores_once_bytes", "attention scores", BLOCK),
     ("logits_block", "logits_bytes", "logits and gradient", BLOCK),
     ("scores_recompute", "scores_recompute_bytes", "attention scores", BLOCK),
+    # Backend and version terms (backend_features fills them; 0 elsewhere).
+    ("logits_fused", "logits_fused_bytes", "logits and gradient", LOSS),
+    ("uncompiled", "uncompiled_bytes", "activations", KEPT),
 )
 MOMENTS = ("loss", "block")
 
 
-def backend_features(f: dict, backend: str) -> dict:
-    if backend == "cuda" and f["tokens"] % 128 == 0 and not f["softcap"]:
-        # mlx/backend/cuda/scaled_dot_product_attention.cpp: cuDNN's fused attention
-        # and its VJP run when the query length is a multiple of 128; only a float32
-        # logsumexp per query row is kept instead of the B x H x T x T scores.
-        per_row = 4 / f["s"] / f["tokens"]
-        return {**f, "scores_bytes": int(f["scores_bytes"] * per_row), "scores_once_bytes": 0}
+def backend_features(f: dict, backend: str, runtime: Runtime | None = None, head_dim: int | None = None) -> dict:
+    """The features as the backend and MLX version run them (mlxfit/runtime.py).
+
+    Metal trains attention unfused and keeps one B x H x T x T probability tensor
+    per trained block in the model dtype, like the CPU: the features are the same,
+    the coefficients (metal section of coefficients.json) are fitted on Mac runs."""
+    runtime = runtime or Runtime.current(backend)
+    f = {**f, "logits_fused_bytes": 0, "uncompiled_bytes": 0}
+    if runtime.fused_cross_entropy:
+        # mlx/nn/losses.py: mx.fast.cross_entropy on the GPU, no B x T x V
+        # intermediates; its VJP writes the logits' gradient into the logits buffer.
+        f["logits_fused_bytes"], f["logits_bytes"] = f["logits_bytes"], 0
+    if not runtime.compiled_step:
+        # Without mx.compile every elementwise intermediate of the kept activations
+        # is its own buffer (mlx-lm PR #53: 47.3 GB uncompiled vs 40.5 GB compiled).
+        f["uncompiled_bytes"] = sum(f[k] for k in ("act_h_bytes", "act_qkv_bytes", "act_inter_bytes", "adapter_act_bytes"))
+    cudnn = f["s"] == 2 and (head_dim is None or (head_dim <= 128 and head_dim % 8 == 0))
+    if backend == "cuda" and cudnn and not f["softcap"]:
+        if f["tokens"] % 128 == 0:
+            # mlx/backend/cuda/scaled_dot_product_attention.cpp: cuDNN's fused attention
+            # and its VJP run when the query length is a multiple of 128; only a float32
+            # logsumexp per query row is kept instead of the B x H x T x T scores.
+            per_row = 4 / f["s"] / f["tokens"]
+            return {**f, "scores_bytes": int(f["scores_bytes"] * per_row), "scores_once_bytes": 0}
+        # Fused forward, unfused backward: the VJP recomputes the probabilities of one
+        # block at a time; none are kept across blocks.
+        return {**f, "scores_bytes": 0, "scores_recompute_bytes": f["scores_once_bytes"]}
     return f
 
 
@@ -332,16 +367,25 @@ def moment_parts(f: dict, c: dict) -> dict:
     moments = {m: {} for m in MOMENTS}
     for name, feature, part, alive in TERMS:
         for m in alive:
-            moments[m][part] = moments[m].get(part, 0) + c[name] * f[feature]
+            moments[m][part] = moments[m].get(part, 0) + c.get(name, 0.0) * f[feature]
     return {m: {part: int(v) for part, v in parts.items()} for m, parts in moments.items()}
 
 
-def estimate(model: ModelInfo, training: TrainingConfig, backend: str = "cpu", length: int | None = None) -> Breakdown:
+def estimate(model: ModelInfo, training: TrainingConfig, backend: str = "cpu", length: int | None = None,
+             runtime: Runtime | None = None) -> Breakdown:
     """The peak is whichever moment of a step needs most on top of what stays
     resident (weights and optimizer state): the loss's backward, a block's backward,
-    or the optimizer update with every gradient and the update's temporaries."""
-    f = backend_features(features(model, training, length), backend)
-    c = coefficients()[backend]
+    or the optimizer update with every gradient and the update's temporaries.
+
+    `runtime` (mlxfit/runtime.py) is what the MLX / mlx-lm versions do; None: the
+    installed versions. mlxfit/evidence.py passes the versions of a past run."""
+    f = backend_features(features(model, training, length), backend, runtime, model.architecture.head_dim)
+    return combine(f, coefficients()[backend], training, backend)
+
+
+def combine(f: dict, c: dict, training: TrainingConfig, backend: str) -> Breakdown:
+    """The breakdown of features `f` under coefficients `c` (estimate's second half,
+    apart so that mlxfit/evidence.py can refit the coefficients on features)."""
     frozen = f["base_bytes"]
     if training.fine_tune_type == "full":
         # The unfrozen block weights are counted as trainable, not frozen.

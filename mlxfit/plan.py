@@ -13,6 +13,7 @@ from .machine import Machine
 from .model import ModelInfo
 from .rule import RULES, rule_bytes
 from .training import TrainingConfig
+from .uncertainty import predicted_range, range_basis, verdict as range_verdict
 from .units import GB, format_count, format_gb
 
 TIGHT_FRACTION = 0.90  # above this share of the budget: fits, but leave margin
@@ -21,6 +22,8 @@ TABLE_SIZES_B = (0.5, 1.5, 3, 7, 8, 14, 32, 70)
 
 
 def verdict(need_bytes: int, usable_bytes: int) -> str:
+    """The rule of thumb's verdict (SPEC §3): its figure against the budget, "tight"
+    within 10% of it. Detailed estimates use their range (mlxfit/uncertainty.py)."""
     if need_bytes > usable_bytes:
         return "does not fit"
     if need_bytes > TIGHT_FRACTION * usable_bytes:
@@ -48,12 +51,25 @@ class Estimate:
         return self.usable_bytes - self.predicted_bytes
 
     @property
+    def predicted_range_bytes(self) -> tuple[int, int]:
+        """[low, high]: how far the estimate can be off on this backend (mlxfit/uncertainty.py)."""
+        if self.detailed:
+            return predicted_range(self.predicted_bytes, self.detailed.backend)
+        return predicted_range(self.predicted_bytes, "rule", basis="rule")
+
+    @property
     def verdict(self) -> str:
-        return verdict(self.predicted_bytes, self.usable_bytes)
+        if not self.detailed:
+            return verdict(self.predicted_bytes, self.usable_bytes)
+        return range_verdict(*self.predicted_range_bytes, self.usable_bytes)
 
     @property
     def fits(self) -> bool:
-        return self.predicted_bytes <= self.usable_bytes
+        """A promise: the detailed estimate's high end is within the budget (the rule's
+        figure for the rule of thumb)."""
+        if not self.detailed:
+            return self.predicted_bytes <= self.usable_bytes
+        return self.verdict == "fits"
 
     def to_dict(self) -> dict:
         data = {
@@ -64,6 +80,8 @@ class Estimate:
             "headroom_bytes": self.headroom_bytes,
             "selected": self.selected,
             "predicted_peak_bytes": self.predicted_bytes,
+            "predicted_range_bytes": list(self.predicted_range_bytes),
+            "range_basis": range_basis(self.detailed.backend if self.detailed else "rule"),
             "basis": "detailed" if self.detailed else "rule",
         }
         if self.detailed:
@@ -130,17 +148,26 @@ def training_for(method: str, training: TrainingConfig) -> TrainingConfig:
 CALIBRATION_PART = "calibration"
 
 
-def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibration=None, length: int | None = None) -> tuple[int, Breakdown | None]:
+def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibration=None, length: int | None = None,
+            runtime=None) -> tuple[int, Breakdown | None]:
     """The detailed estimate where the architecture is known, else the rule.
 
     `calibration` (from mlxfit.calibration) adds this machine's measured gap;
-    `length` is the widest batch of the user's data (capped by max_seq_length)."""
+    `length` is the widest batch of the user's data (capped by max_seq_length);
+    `runtime` the MLX versions' behaviour (mlxfit/runtime.py; None: installed)."""
     if model.architecture is None:
         return rule_bytes(training.method, model.params), None
-    breakdown = estimate(model, training, backend, length)
+    breakdown = estimate(model, training, backend, length, runtime)
     if calibration is not None:
         breakdown = breakdown.with_part(CALIBRATION_PART, calibration.offset_bytes)
     return breakdown.peak_bytes, breakdown
+
+
+def fits_budget(need: int, breakdown: Breakdown | None, usable: int) -> bool:
+    """Whether a need fits as a promise: a detailed estimate's high end within the budget."""
+    if breakdown is None:
+        return need <= usable
+    return predicted_range(need, breakdown.backend)[1] <= usable
 
 
 def _halvings(value: int, floor: int) -> list[int]:
@@ -155,8 +182,8 @@ def _first_fitting(model, training, backend, usable, candidates, calibration=Non
     """The mildest candidate change that fits, else the strongest one tried."""
     tried = None
     for change, why, new_training in candidates:
-        need, _ = predict(model, new_training, backend, calibration, length)
-        tried = Remedy(change, why, need, need <= usable)
+        need, breakdown = predict(model, new_training, backend, calibration, length)
+        tried = Remedy(change, why, need, fits_budget(need, breakdown, usable))
         if tried.fits:
             return tried
     return tried
@@ -172,6 +199,9 @@ def remedies(machine: Machine, model: ModelInfo, training: TrainingConfig, backe
     def need_for(new_training):
         return predict(model, new_training, backend, calibration, length)[0]
 
+    def fits(need):  # every remedy here is a detailed estimate or the rule's figure
+        return predicted_range(need, backend)[1] <= usable if detailed else need <= usable
+
     def first_fitting(candidates):
         return _first_fitting(model, training, backend, usable, candidates, calibration, length)
 
@@ -183,7 +213,7 @@ def remedies(machine: Machine, model: ModelInfo, training: TrainingConfig, backe
         found.append(first_fitting([
             (f"--batch-size {b} --grad-accumulation-steps {training.batch_size // b * training.grad_accumulation_steps}",
              "fewer activations at once; accumulation keeps the effective batch", replace(training, batch_size=b))
-            for b in _halvings(training.batch_size, 1)
+            for b in _halvings(training.batch_size, training.hosts) if b % training.hosts == 0
         ]))
     else:
         found.append(Remedy(f"--max-seq-length {max(training.max_seq_length // 2, 1)}",
@@ -191,16 +221,16 @@ def remedies(machine: Machine, model: ModelInfo, training: TrainingConfig, backe
         found.append(Remedy(f"--batch-size {max(training.batch_size // 2, 1)}", "fewer activations held at once (the rule cannot size this)"))
     if method != "qlora":
         need = need_for(training_for("qlora", training))
-        found.append(Remedy("--method qlora", "the 4-bit base takes about a quarter of a 16-bit one", need, need <= usable))
+        found.append(Remedy("--method qlora", "the 4-bit base takes about a quarter of a 16-bit one", need, fits(need)))
     if not training.grad_checkpoint:
         if detailed:
             need = need_for(replace(training, grad_checkpoint=True))
-            found.append(Remedy("--grad-checkpoint", "about 20-30% slower, far less activation memory", need, need <= usable))
+            found.append(Remedy("--grad-checkpoint", "about 20-30% slower, far less activation memory", need, fits(need)))
         else:
             found.append(Remedy("--grad-checkpoint", "about 20-30% slower, far less activation memory (the rule cannot size this)"))
     if method == "full":
         need = need_for(training_for("lora", training))
-        found.append(Remedy("--fine-tune-type lora", "LoRA instead of full fine-tuning", need, need <= usable))
+        found.append(Remedy("--fine-tune-type lora", "LoRA instead of full fine-tuning", need, fits(need)))
     largest = largest_fitting_params(method, usable)
     if largest > 0:
         found.append(Remedy(f"a model of at most {format_count(largest)} parameters",
@@ -229,7 +259,8 @@ def cheapest_fitting(plan: "Plan") -> Remedy | None:
     return None
 
 
-def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, backend: str | None = None, calibration=None, length: int | None = None) -> Plan:
+def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, backend: str | None = None, calibration=None,
+              length: int | None = None, runtime=None) -> Plan:
     """`calibration` only makes sense for the machine it was measured on; `length`
     is the widest batch of the user's data, when it is known."""
     backend = backend or machine.backend
@@ -238,7 +269,7 @@ def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, back
     estimates = []
     for method in METHODS:
         run = training if method == training.method else training_for(method, training)
-        _, breakdown = predict(model, run, backend, calibration, length)
+        _, breakdown = predict(model, run, backend, calibration, length, runtime)
         estimates.append(Estimate(method, rule_bytes(method, model.params), machine.usable_bytes,
                                   selected=(method == training.method), detailed=breakdown))
     plan = Plan(machine, model, training, tuple(estimates), backend=backend, calibration=calibration, length=length)

@@ -14,7 +14,7 @@ from rich.text import Text
 from .machine import Machine
 from .plan import FitsTable, Plan
 from .rule import METHOD_LABELS
-from .units import format_count, format_gb, format_size
+from .units import format_count, format_gb, format_gb_range, format_size
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -162,7 +162,7 @@ def render_plan(plan: Plan) -> None:
         table.add_column("vs budget", no_wrap=True)
     for e in plan.estimates:
         label = METHOD_LABELS[e.method] + (" ◀" if e.selected else "")
-        row = [Text(label, style="bold" if e.selected else ""), format_gb(e.predicted_bytes)]
+        row = [Text(label, style="bold" if e.selected else ""), format_gb_range(e.predicted_bytes, *e.predicted_range_bytes)]
         if detailed:
             row.append(format_gb(e.rule_bytes))
         row += [format_gb(e.usable_bytes), format_gb(e.headroom_bytes), Text(e.verdict, style=VERDICT_STYLE[e.verdict])]
@@ -171,7 +171,9 @@ def render_plan(plan: Plan) -> None:
         table.add_row(*row)
     console.print(table)
     if detailed:
-        console.print("[dim]◀ your run. Estimate: mlxfit's detailed model of mlx-lm's peak; rule: the source's rule of thumb.[/]")
+        console.print("[dim]◀ your run. Estimate: mlxfit's detailed model of mlx-lm's peak, with its range on this backend's "
+                      "evidence (fits: the high end within the budget; tight: the budget inside the range); rule: the "
+                      "source's rule of thumb.[/]")
         render_breakdowns(plan)
     else:
         console.print("[dim]◀ your run. No architecture for a bare size, so only the source's rule of thumb (SPEC §2): LoRA 2 GB/B + 3, QLoRA 0.7 GB/B + 3, full 12 GB/B + 4.[/]")
