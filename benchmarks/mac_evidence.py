@@ -188,6 +188,9 @@ def rule_range(cases: list[Case]) -> tuple[float, float]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="refit and write mlxfit/data/coefficients.json and ranges.json")
+    parser.add_argument("--mlx-train-perf", metavar="PYTHON",
+                        help="a Python with mlx-train-perf installed (a throwaway venv: pip install --no-deps "
+                             "mlx-train-perf); its `plan` is then shown beside mlxfit on the LoRA / QLoRA runs")
     args = parser.parse_args(argv)
 
     metal = [Case(r) for r in ev.RUNS if r.backend == "metal"]
@@ -252,21 +255,56 @@ def main(argv=None) -> int:
         estimate.coefficients.cache_clear()
         uncertainty.ranges.cache_clear()
 
-    report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, (metal_lo, metal_hi), (cpu_lo, cpu_hi), (rule_lo, rule_hi))
+    mtp = mlx_train_perf_plans(metal, args.mlx_train_perf) if args.mlx_train_perf else {}
+    report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, (metal_lo, metal_hi), (cpu_lo, cpu_hi), (rule_lo, rule_hi), mtp)
     return 0
+
+
+MTP_SCRIPT = """
+import json, sys
+from mlx_train_perf.plan.estimate import ModelShape, TrainConfig, plan_fit
+out = {}
+for key, config, kw in json.load(sys.stdin):
+    shape = ModelShape.from_config(config)
+    out[key] = [plan_fit(shape, TrainConfig(**{**kw, "seq_len": n}), budget_bytes=10**13).predicted_peak_bytes
+                for n in kw.pop("seq_lens")]
+print(json.dumps(out))
+"""
+
+
+def mlx_train_perf_plans(cases, python: str) -> dict:
+    """mlx-train-perf's `plan_fit` (its analytic planner; it models LoRA / QLoRA on q_proj and
+    v_proj with its naive loss, not full fine-tuning or DoRA) at both bounds of each run."""
+    import subprocess
+
+    jobs = []
+    for case in cases:
+        r, t = case.run, case.run.training_config()
+        if t.fine_tune_type != "lora":
+            continue
+        model = r.model_info()
+        config = dict(model.config)
+        lengths = [n - 1 for n in r.lengths()]
+        layers = model.architecture.num_layers if t.num_layers == -1 else t.num_layers
+        kw = dict(batch=t.batch_size, seq_lens=lengths, dtype="bfloat16" if model.dtype == "quantized" else model.dtype,
+                  lora_rank=t.rank, lora_layers=layers, grad_checkpoint=t.grad_checkpoint, impl="naive")
+        jobs.append((r.key, config, kw))
+    done = subprocess.run([python, "-c", MTP_SCRIPT], input=json.dumps(jobs), capture_output=True, text=True, check=True)
+    return {k: (min(v), max(v)) for k, v in json.loads(done.stdout).items()}
 
 
 def pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
-def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, cpu_rng, rule_rng) -> None:
+def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, cpu_rng, rule_rng, mtp=None) -> None:
     from mlxfit.estimate import coefficients as shipped
     from mlxfit.uncertainty import range_factors
 
     shipped_vec = vector(shipped()["metal"])
     lo_f, hi_f = range_factors("metal")
-    rows, inside_cv, inside_shipped, rule_errors = [], [], [], []
+    mtp = mtp or {}
+    rows, inside_cv, inside_shipped, rule_errors, mtp_errors = [], [], [], [], []
     for case in metal:
         r = case.run
         lo, hi = case.predicted(*shipped_vec)
@@ -280,11 +318,19 @@ def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, c
         inside_cv.append(in_cv)
         inside_shipped.append(in_shipped)
         widths = "–".join(str(n) for n in sorted(set(r.lengths())))
+        if r.key in mtp:
+            m_lo, m_hi = mtp[r.key]
+            m_err = ((m_hi - case.meas) / case.meas if m_hi < case.meas - case.tol else
+                     (m_lo - case.meas) / case.meas if m_lo > case.meas + case.tol else 0.0)
+            mtp_errors.append(m_err)
+            mtp_cell = f"{m_lo / 1e9:.1f}–{m_hi / 1e9:.1f} ({pct(m_err)})"
+        else:
+            mtp_cell = "not modelled" if mtp else "not run"
         rows.append(
             f"| {r.key} | {r.trust} | {r.model} | {t.fine_tune_type}{' (q,v)' if t.lora_keys == ev.QV else ''}"
             f"{' ckpt' if t.grad_checkpoint else ''} | {t.batch_size} × {widths} | {r.peak_gb:.2f} | "
             f"{cv_lo / 1e9:.2f}–{cv_hi / 1e9:.2f} | {pct(cv_error[r.key])} | {'yes' if in_cv else 'no'} | "
-            f"{rule / 1e9:.1f} ({pct(rule_errors[-1])}) |"
+            f"{rule / 1e9:.1f} ({pct(rule_errors[-1])}) | {mtp_cell} |"
         )
     errors = list(cv_error.values())
     exact = [case for case in metal if case.run.exact_length]
@@ -315,13 +361,19 @@ def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, c
         if exact else "- No run has an exactly known length.",
         f"- The rule of thumb on the same runs: median |error| "
         f"{statistics.median(abs(e) for e in rule_errors) * 100:.0f}%, worst underestimate {pct(min(rule_errors))}.",
+        (f"- mlx-train-perf 0.9.1 `plan_fit` (LoRA / QLoRA runs only, {len(mtp_errors)} of them; its naive loss): "
+         f"median |error| {statistics.median(abs(e) for e in mtp_errors) * 100:.1f}%, worst underestimate "
+         f"{pct(min(mtp_errors)) if min(mtp_errors) < 0 else 'none'}, worst overestimate {pct(max(mtp_errors))}; "
+         f"mlxfit on the same runs: median |error| "
+         f"{statistics.median(abs(cv_error[k]) for k in mtp) * 100:.1f}%."
+         if mtp_errors else "- mlx-train-perf's `plan` was not run (pass --mlx-train-perf PYTHON)."),
         f"- Shipped ranges (measured / predicted): metal {metal_range[0]:.3f}–{metal_range[1]:.3f}, "
         f"cpu {cpu_rng[0]:.3f}–{cpu_rng[1]:.3f} (from the accuracy grid), rule {rule_rng[0]:.2f}–{rule_rng[1]:.2f}.",
         f"- Fitted Metal multipliers on the CPU coefficients with METAL.md's mechanisms: "
         + ", ".join(f"{k} {v:.3f}" for k, v in theta.items()) + ".",
         "",
-        "| run | trust | model | method | batch × width | logged GB | predicted GB (cv) | error (cv) | inside | rule GB (error) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| run | trust | model | method | batch × width | logged GB | predicted GB (cv) | error (cv) | inside | rule GB (error) | mlx-train-perf plan GB (error) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         "## Runs not reproduced",
