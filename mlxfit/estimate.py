@@ -5,7 +5,9 @@ the architecture the way mlx-lm builds and trains it. The parts that depend on
 how MLX schedules the step (activations kept for the backward pass, attention
 scores, logits and their gradient, DoRA's temporaries, what the optimizer update
 has in flight) are byte counts times coefficients measured per backend
-(mlxfit/data/coefficients.json, written by `benchmarks/accuracy.py --fit`). They
+(mlxfit/data/coefficients.json: the cpu section written by `benchmarks/accuracy.py
+--fit` from measurements here, the metal and cuda sections by
+`benchmarks/mac_evidence.py --fit` from public Mac runs). They
 are not all alive at once: the peak is the largest of three moments of a step
 (see TERMS and estimate).
 

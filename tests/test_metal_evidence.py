@@ -197,3 +197,24 @@ def test_every_oom_report_with_a_known_machine_does_not_fit_or_is_tight():
         assert float(rows[oom.row]["machine_ram_gb"]) == oom.machine_gb
         plan = ev.oom_plan(oom)
         assert plan.selected.verdict in ("does not fit", "tight"), (oom.key, plan.selected.predicted_range_bytes)
+
+
+def test_cpu_range_is_the_accuracy_grids_spread():
+    from mlxfit.uncertainty import quantile
+
+    rows = list(csv.DictReader(open(EVIDENCE.parent / "results" / "accuracy.csv")))
+    ratios = [int(r["measured_bytes"]) / int(r["predicted_bytes"]) for r in rows]
+    cpu = ranges()["cpu"]
+    assert cpu["low"] == round(quantile(ratios, 0.05), 4) and cpu["high"] == round(quantile(ratios, 0.95), 4)
+    inside = sum(cpu["low"] <= x <= cpu["high"] for x in ratios) / len(ratios)
+    assert inside >= 0.89
+
+
+def test_quantile_matches_numpy():
+    import numpy as np
+
+    from mlxfit.uncertainty import quantile
+
+    xs = [3.0, 1.0, 4.0, 1.5, 9.0, 2.6]
+    for q in (0.0, 0.05, 0.5, 0.95, 1.0):
+        assert quantile(xs, q) == pytest.approx(float(np.quantile(xs, q)))
