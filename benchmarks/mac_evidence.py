@@ -192,6 +192,30 @@ def rule_range(cases: list[Case]) -> tuple[float, float]:
     return quantile(ratios, 0.10), quantile(ratios, 0.90)
 
 
+def cross_validate(metal: list[Case], base: dict, cpu_lo: float, cpu_hi: float):
+    """Leave one source out: each source's errors from a fit that never saw it, and its range
+    nested (from residuals on the other sources t, each predicted by a fit that saw neither the
+    source nor t). Returns (error per run key, coefficient vector per source, range per source)."""
+    sources = sorted({case.run.source for case in metal})
+    cv_error, cv_c, cv_range = {}, {}, {}
+    for s in sources:
+        c_s, _ = fit([k for k in metal if k.run.source != s], base)
+        cv_c[s] = vector(c_s)
+        for case in metal:
+            if case.run.source == s:
+                cv_error[case.run.key] = case.error(*cv_c[s])
+    for s in sources:
+        ratios = []
+        for t in sources:
+            if t == s:
+                continue
+            c_st, _ = fit([k for k in metal if k.run.source not in (s, t)], base)
+            vec = vector(c_st)
+            ratios += [ratio(k, *vec) for k in metal if k.run.source == t]
+        cv_range[s] = combined_range(ratios, cpu_lo, cpu_hi)
+    return cv_error, cv_c, cv_range
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="refit and write mlxfit/data/coefficients.json and ranges.json")
@@ -206,27 +230,7 @@ def main(argv=None) -> int:
     base = base_coefficients()
     cpu_lo, cpu_hi, cpu_n = cpu_range()
 
-    # Leave one source out: each source predicted by a fit that never saw it.
-    cv_error, cv_c = {}, {}
-    for s in sources:
-        c_s, _ = fit([k for k in metal if k.run.source != s], base)
-        cv_c[s] = vector(c_s)
-        for case in metal:
-            if case.run.source == s:
-                cv_error[case.run.key] = case.error(*cv_c[s])
-    # Nested ranges: the range for source s from residuals on the other sources t, each
-    # predicted by a fit that saw neither s nor t.
-    cv_range = {}
-    for s in sources:
-        ratios = []
-        for t in sources:
-            if t == s:
-                continue
-            c_st, _ = fit([k for k in metal if k.run.source not in (s, t)], base)
-            vec = vector(c_st)
-            ratios += [ratio(k, *vec) for k in metal if k.run.source == t]
-        cv_range[s] = combined_range(ratios, cpu_lo, cpu_hi)
-
+    cv_error, cv_c, cv_range = cross_validate(metal, base, cpu_lo, cpu_hi)
     full_c, theta = fit(metal, base)
     all_ratios = [1.0 / (1.0 + e) for e in cv_error.values()]
     metal_lo, metal_hi = combined_range(all_ratios, cpu_lo, cpu_hi)
