@@ -215,7 +215,7 @@ def rule_range(cases: list[Case]) -> tuple[float, float]:
     for case in cases:
         model, t = case.run.model_info(), case.run.training_config()
         ratios.append(case.meas / rule_bytes(t.method if not model.quantized or t.fine_tune_type == "full" else "qlora", model.params))
-    return quantile(ratios, 0.10), quantile(ratios, 0.90)
+    return quantile(ratios, 0.05), quantile(ratios, 0.95)
 
 
 def cross_validate(metal: list[Case], base: dict, cpu_lo: float, cpu_hi: float):
@@ -284,7 +284,7 @@ def main(argv=None) -> int:
             "cuda": {"low": round(metal_lo - CUDA_MARGIN, 4), "high": round(metal_hi + CUDA_MARGIN, 4),
                      "basis": f"the metal range widened by {CUDA_MARGIN:.0%} at each end: one public CUDA run only"},
             "rule": {"low": round(rule_lo, 4), "high": round(rule_hi, 4),
-                     "basis": f"10th-90th percentile of logged / rule of thumb over the {len(metal)} public Mac runs"},
+                     "basis": f"5th-95th percentile of logged / rule of thumb over the {len(metal)} public Mac runs"},
         }
         (DATA / "ranges.json").write_text(json.dumps(ranges, indent=2) + "\n")
         from mlxfit import estimate, uncertainty
