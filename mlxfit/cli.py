@@ -140,7 +140,9 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     comparison = None
     if do_measure:
         comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_)
-    host_checks = [h.check(plan.selected.predicted_bytes) for h in host_list] if host_list else None
+    selected = plan.selected
+    host_range = selected.predicted_range_bytes if selected.detailed else None
+    host_checks = [h.check(selected.predicted_bytes, host_range) for h in host_list] if host_list else None
     if os.environ.get("MLX_RANK", "0") != "0":
         return  # under mlx.launch, rank 0 reports every rank's figures
     if json_:

@@ -5,7 +5,9 @@ the architecture the way mlx-lm builds and trains it. The parts that depend on
 how MLX schedules the step (activations kept for the backward pass, attention
 scores, logits and their gradient, DoRA's temporaries, what the optimizer update
 has in flight) are byte counts times coefficients measured per backend
-(mlxfit/data/coefficients.json, written by `benchmarks/accuracy.py --fit`). They
+(mlxfit/data/coefficients.json: the cpu section written by `benchmarks/accuracy.py
+--fit` from measurements here, the metal and cuda sections by
+`benchmarks/mac_evidence.py --fit` from public Mac runs). They
 are not all alive at once: the peak is the largest of three moments of a step
 (see TERMS and estimate).
 
@@ -18,13 +20,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 
 from . import lazy_model, module_tree
 from .architecture import Architecture, Block
 from .model import ModelInfo
+from .runtime import Runtime
 from .training import TrainingConfig
 
 BACKENDS = ("cpu", "metal", "cuda")
@@ -282,17 +285,40 @@ TERMS = (
     ("scores_once", "scores_once_bytes", "attention scores", BLOCK),
     ("logits_block", "logits_bytes", "logits and gradient", BLOCK),
     ("scores_recompute", "scores_recompute_bytes", "attention scores", BLOCK),
+    # Backend and version terms (backend_features fills them; 0 elsewhere).
+    ("logits_fused", "logits_fused_bytes", "logits and gradient", LOSS),
+    ("uncompiled", "uncompiled_bytes", "activations", KEPT),
 )
 MOMENTS = ("loss", "block")
 
 
-def backend_features(f: dict, backend: str) -> dict:
-    if backend == "cuda" and f["tokens"] % 128 == 0 and not f["softcap"]:
-        # mlx/backend/cuda/scaled_dot_product_attention.cpp: cuDNN's fused attention
-        # and its VJP run when the query length is a multiple of 128; only a float32
-        # logsumexp per query row is kept instead of the B x H x T x T scores.
-        per_row = 4 / f["s"] / f["tokens"]
-        return {**f, "scores_bytes": int(f["scores_bytes"] * per_row), "scores_once_bytes": 0}
+def backend_features(f: dict, backend: str, runtime: Runtime | None = None, head_dim: int | None = None) -> dict:
+    """The features as the backend and MLX version run them (mlxfit/runtime.py).
+
+    Metal trains attention unfused and keeps one B x H x T x T probability tensor
+    per trained block in the model dtype, like the CPU: the features are the same,
+    the coefficients (metal section of coefficients.json) are fitted on Mac runs."""
+    runtime = runtime or Runtime.current(backend)
+    f = {**f, "logits_fused_bytes": 0, "uncompiled_bytes": 0}
+    if runtime.fused_cross_entropy:
+        # mlx/nn/losses.py: mx.fast.cross_entropy on the GPU, no B x T x V
+        # intermediates; its VJP writes the logits' gradient into the logits buffer.
+        f["logits_fused_bytes"], f["logits_bytes"] = f["logits_bytes"], 0
+    if not runtime.compiled_step:
+        # Without mx.compile every elementwise intermediate of the kept activations
+        # is its own buffer (mlx-lm PR #53: 47.3 GB uncompiled vs 40.5 GB compiled).
+        f["uncompiled_bytes"] = sum(f[k] for k in ("act_h_bytes", "act_qkv_bytes", "act_inter_bytes", "adapter_act_bytes"))
+    cudnn = f["s"] == 2 and (head_dim is None or (head_dim <= 128 and head_dim % 8 == 0))
+    if backend == "cuda" and cudnn and not f["softcap"]:
+        if f["tokens"] % 128 == 0:
+            # mlx/backend/cuda/scaled_dot_product_attention.cpp: cuDNN's fused attention
+            # and its VJP run when the query length is a multiple of 128; only a float32
+            # logsumexp per query row is kept instead of the B x H x T x T scores.
+            per_row = 4 / f["s"] / f["tokens"]
+            return {**f, "scores_bytes": int(f["scores_bytes"] * per_row), "scores_once_bytes": 0}
+        # Fused forward, unfused backward: the VJP recomputes the probabilities of one
+        # block at a time; none are kept across blocks.
+        return {**f, "scores_bytes": 0, "scores_recompute_bytes": f["scores_once_bytes"]}
     return f
 
 
@@ -301,16 +327,25 @@ def moment_parts(f: dict, c: dict) -> dict:
     moments = {m: {} for m in MOMENTS}
     for name, feature, part, alive in TERMS:
         for m in alive:
-            moments[m][part] = moments[m].get(part, 0) + c[name] * f[feature]
+            moments[m][part] = moments[m].get(part, 0) + c.get(name, 0.0) * f[feature]
     return {m: {part: int(v) for part, v in parts.items()} for m, parts in moments.items()}
 
 
-def estimate(model: ModelInfo, training: TrainingConfig, backend: str = "cpu", length: int | None = None) -> Breakdown:
+def estimate(model: ModelInfo, training: TrainingConfig, backend: str = "cpu", length: int | None = None,
+             runtime: Runtime | None = None) -> Breakdown:
     """The peak is whichever moment of a step needs most on top of what stays
     resident (weights and optimizer state): the loss's backward, a block's backward,
-    or the optimizer update with every gradient and the update's temporaries."""
-    f = backend_features(features(model, training, length), backend)
-    c = coefficients()[backend]
+    or the optimizer update with every gradient and the update's temporaries.
+
+    `runtime` (mlxfit/runtime.py) is what the MLX / mlx-lm versions do; None: the
+    installed versions. mlxfit/evidence.py passes the versions of a past run."""
+    f = backend_features(features(model, training, length), backend, runtime, model.architecture.head_dim)
+    return combine(f, coefficients()[backend], training, backend)
+
+
+def combine(f: dict, c: dict, training: TrainingConfig, backend: str) -> Breakdown:
+    """The breakdown of features `f` under coefficients `c` (estimate's second half,
+    apart so that mlxfit/evidence.py can refit the coefficients on features)."""
     frozen = f["base_bytes"]
     if training.fine_tune_type == "full":
         # The unfrozen block weights are counted as trainable, not frozen.

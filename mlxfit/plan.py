@@ -14,6 +14,7 @@ from .machine import Machine
 from .model import ModelInfo
 from .rule import RULES, rule_bytes
 from .training import TrainingConfig
+from .uncertainty import predicted_range, range_basis, verdict as range_verdict
 from .units import GB, format_count, format_gb
 
 TIGHT_FRACTION = 0.90  # above this share of the budget: fits, but leave margin
@@ -22,6 +23,8 @@ TABLE_SIZES_B = (0.5, 1.5, 3, 7, 8, 14, 32, 70)
 
 
 def verdict(need_bytes: int, usable_bytes: int) -> str:
+    """The rule of thumb's verdict (SPEC §3): its figure against the budget, "tight"
+    within 10% of it. Detailed estimates use their range (mlxfit/uncertainty.py)."""
     if need_bytes > usable_bytes:
         return "does not fit"
     if need_bytes > TIGHT_FRACTION * usable_bytes:
@@ -49,12 +52,25 @@ class Estimate:
         return self.usable_bytes - self.predicted_bytes
 
     @property
+    def predicted_range_bytes(self) -> tuple[int, int]:
+        """[low, high]: how far the estimate can be off on this backend (mlxfit/uncertainty.py)."""
+        if self.detailed:
+            return predicted_range(self.predicted_bytes, self.detailed.backend)
+        return predicted_range(self.predicted_bytes, "rule", basis="rule")
+
+    @property
     def verdict(self) -> str:
-        return verdict(self.predicted_bytes, self.usable_bytes)
+        if not self.detailed:
+            return verdict(self.predicted_bytes, self.usable_bytes)
+        return range_verdict(*self.predicted_range_bytes, self.usable_bytes)
 
     @property
     def fits(self) -> bool:
-        return self.predicted_bytes <= self.usable_bytes
+        """A promise: the detailed estimate's high end is within the budget (the rule's
+        figure for the rule of thumb)."""
+        if not self.detailed:
+            return self.predicted_bytes <= self.usable_bytes
+        return self.verdict == "fits"
 
     @property
     def basis(self) -> str:
@@ -72,6 +88,8 @@ class Estimate:
             "headroom_bytes": self.headroom_bytes,
             "selected": self.selected,
             "predicted_peak_bytes": self.predicted_bytes,
+            "predicted_range_bytes": list(self.predicted_range_bytes),
+            "range_basis": range_basis(self.detailed.backend if self.detailed else "rule"),
             "basis": self.basis,
         }
         if self.detailed:
@@ -216,14 +234,16 @@ def training_for(method: str, training: TrainingConfig) -> TrainingConfig:
 CALIBRATION_PART = "calibration"
 
 
-def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibration=None, length: int | None = None) -> tuple[int, Breakdown | None]:
+def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibration=None, length: int | None = None,
+            runtime=None) -> tuple[int, Breakdown | None]:
     """The detailed estimate where the architecture is known, else the rule.
 
     `calibration` (from mlxfit.calibration) adds this machine's measured gap;
-    `length` is the widest batch of the user's data (capped by max_seq_length)."""
+    `length` is the widest batch of the user's data (capped by max_seq_length);
+    `runtime` the MLX versions' behaviour (mlxfit/runtime.py; None: installed)."""
     if model.architecture is None:
         return rule_bytes(training.method, model.params), None
-    breakdown = estimate(model, training, backend, length)
+    breakdown = estimate(model, training, backend, length, runtime)
     if calibration is not None:
         breakdown = breakdown.with_part(CALIBRATION_PART, calibration.offset_bytes)
     return breakdown.peak_bytes, breakdown
@@ -252,7 +272,8 @@ def rule_remedies(machine: Machine, model: ModelInfo, training: TrainingConfig) 
     return tuple(found)
 
 
-def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, backend: str | None = None, calibration=None, length: int | None = None, data=None) -> Plan:
+def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, backend: str | None = None, calibration=None,
+              length: int | None = None, data=None, runtime=None) -> Plan:
     """`calibration` only makes sense for the machine it was measured on; `length`
     is the widest batch of the user's data and `data` its statistics
     (mlxfit.dataset.DataStats), when they are known."""
@@ -264,7 +285,7 @@ def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, back
         if model.quantized and method == "lora":
             continue  # on a quantized base LoRA is QLoRA: one row, not two identical ones
         run = training if method == training.method else training_for(method, training)
-        _, breakdown = predict(model, run, backend, calibration, length)
+        _, breakdown = predict(model, run, backend, calibration, length, runtime)
         estimates.append(Estimate(method, rule_bytes(method, model.params), machine.usable_bytes,
                                   selected=(method == training.method), detailed=breakdown))
     reference = reference_for(model.params, training, backend) if model.architecture is None else None

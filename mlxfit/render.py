@@ -14,7 +14,7 @@ from rich.text import Text
 from .machine import Machine
 from .plan import FitsTable, Plan, verdict
 from .rule import METHOD_LABELS
-from .units import format_count, format_gb, format_size
+from .units import format_count, format_gb, format_gb_range, format_size
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -303,7 +303,7 @@ def render_plan(plan: Plan, nodes: list[str] | None = None) -> None:
         table.add_column("vs budget", no_wrap=True)
     for e in plan.estimates:
         label = method_label(e.method, plan.training) + (" ◀" if e.selected else "")
-        row = [Text(label, style="bold" if e.selected else ""), format_gb(e.predicted_bytes)]
+        row = [Text(label, style="bold" if e.selected else ""), format_gb_range(e.predicted_bytes, *e.predicted_range_bytes)]
         if detailed:
             row.append(format_gb(e.rule_bytes))
         row += [format_gb(e.usable_bytes), format_gb(e.headroom_bytes), Text(e.verdict, style=VERDICT_STYLE[e.verdict])]
@@ -313,8 +313,9 @@ def render_plan(plan: Plan, nodes: list[str] | None = None) -> None:
     console.print(table)
     if detailed:
         quantized = " The base is already quantized: LoRA on it is QLoRA (no 16-bit LoRA row)." if model.quantized else ""
-        print_hanging("[dim]◀ your run. Estimate: mlxfit's detailed model of mlx-lm's peak; rule: the rule of "
-                      f"thumb (moderate lengths and small batches).{quantized}[/]", indent=2)
+        print_hanging("[dim]◀ your run. Estimate: mlxfit's detailed model of mlx-lm's peak, with its range on this "
+                      "backend's evidence (fits: the high end within the budget; tight: the budget inside the range); "
+                      f"rule: the rule of thumb (moderate lengths and small batches).{quantized}[/]", indent=2)
         why = rule_gap(plan)
         if why:
             print_hanging(f"[dim]{why}[/]", indent=2)

@@ -14,6 +14,7 @@ from .bench import ESTIMATED, FAILED, MEASURED, SKIPPED, MaxResult, Row
 from .errors import MlxfitError
 from .plan import verdict
 from .render import VERDICT_STYLE, console, err_console, machine_line, print_warnings
+from .uncertainty import predicted_range, verdict as range_verdict
 from .units import GB, format_count, format_size
 
 PLOT_INSTALL = "pip install 'mlxfit[plot]'"
@@ -197,8 +198,8 @@ def row_verdict(row: Row) -> Text:
     if row.status == MEASURED:
         word = verdict(row.measured_peak_bytes, row.usable_bytes)
         return Text(word, style=VERDICT_STYLE[word])
-    if row.status == ESTIMATED:
-        word = verdict(row.predicted_bytes, row.usable_bytes)
+    if row.status == ESTIMATED:  # an estimate's verdict respects its range (mlxfit/uncertainty.py)
+        word = range_verdict(*predicted_range(row.predicted_bytes, row.backend), row.usable_bytes)
         return Text(f"{word} (estimate)", style=VERDICT_STYLE[word])
     return Text(row.status, style={FAILED: "bold red", SKIPPED: "yellow"}.get(row.status, ""))
 

@@ -31,7 +31,12 @@ class TrainingConfig:
     bits: int = field(default=4, metadata={"help": "Bits per weight of the quantized base (mlx_lm.convert -q)."})
     group_size: int = field(default=64, metadata={"help": "Quantization group size (mlx_lm.convert -q)."})
     hosts: int = field(default=1, metadata={"help": "Data-parallel nodes under mlx.launch; each takes batch_size / hosts."})
-    lora_keys: tuple[str, ...] | None = field(default=None, metadata={"help": "lora_parameters.keys: the layers LoRA wraps (None: every linear of a block)."})
+    # Internal (no flag): the layers LoRA wraps inside each adapted block, as paths
+    # within the block ("self_attn.q_proj"), like lora_parameters.keys. None is
+    # mlx-lm's default since 0.28.2 (every Linear / SwitchLinear); mlx-lm before
+    # 0.28.2 wrapped ("self_attn.q_proj", "self_attn.v_proj") for most architectures,
+    # which mlxfit/evidence.py needs to reproduce the public Mac runs.
+    lora_keys: tuple[str, ...] | None = field(default=None, metadata={"help": "internal: layers LoRA wraps (lora_parameters.keys); None = all."})
 
     def __post_init__(self):
         if self.lora_keys is not None and not isinstance(self.lora_keys, tuple):
@@ -53,6 +58,8 @@ class TrainingConfig:
         if self.batch_size % self.hosts:
             # mlx_lm/tuner/trainer.py iterate_batches refuses this too.
             raise BadInput(f"The batch size must be divisible by the number of workers: {self.batch_size} over {self.hosts} hosts")
+        if self.lora_keys is not None and (isinstance(self.lora_keys, str) or not self.lora_keys):
+            raise BadInput(f"lora keys must be a non-empty list of layer names, got {self.lora_keys!r}")
         if self.quantize and self.fine_tune_type == "full":
             raise BadInput("QLoRA trains adapters on a quantized base: use --fine-tune-type lora or dora")
 

@@ -44,6 +44,11 @@ def format_gb(n_bytes: float, digits: int = 1) -> str:
     return f"{n_bytes / GB:.{digits}f} GB"
 
 
+def format_gb_range(n_bytes: float, low: float, high: float, digits: int = 1) -> str:
+    """An estimate with its range: 8.5 GB (7.9–10.2)."""
+    return f"{n_bytes / GB:.{digits}f} GB ({low / GB:.{digits}f}–{high / GB:.{digits}f})"
+
+
 def format_size(n_bytes: float) -> str:
     """Decimal units that keep small figures readable: 153.2 MB, 1.23 GB."""
     if abs(n_bytes) < GB:

@@ -287,7 +287,7 @@ def test_max_by_estimate_agrees_with_an_exhaustive_sweep(small, tmp_path, settin
 def test_max_measured_agrees_with_an_exhaustive_measured_sweep(small, fake, tmp_path, scale, offset, fail, most_runs):
     model = from_folder(tmp_path / "small")
     memory = budget_for(model, "batch_size", 10, max_seq_length=128)
-    common = ["--model", small, "--num-layers", "-1", "--max-seq-length", "128", "--memory", memory, "--reserve", "0"]
+    common = ["--model", small, "--num-layers", "-1", "--max-seq-length", "128", "--memory", memory, "--reserve", "0", "--backend", "cpu"]
     measure = fake(scale=scale, offset=offset, fail=fail)
     found = run_json(*common, "--max", "batch_size")["max"]
     search_runs = len(measure.calls)
@@ -305,7 +305,7 @@ def test_max_measured_for_real(small, tmp_path):
     model = from_folder(tmp_path / "small")
     memory = budget_for(model, "batch_size", 3, max_seq_length=64)
     found = run_json("--model", small, "--num-layers", "-1", "--max-seq-length", "64", "--memory", memory,
-                     "--reserve", "0", "--max", "batch_size", "--steps", "3")["max"]
+                     "--reserve", "0", "--backend", "cpu", "--max", "batch_size", "--steps", "3")["max"]
     assert found["estimate_value"] == 3 and found["measured"] and 1 <= found["measured_runs"] <= 3
     by_value = {r["value"]: r for r in found["runs"]}
     assert by_value[found["value"]]["fits"]
@@ -313,7 +313,7 @@ def test_max_measured_for_real(small, tmp_path):
     if found["value"] + 1 in by_value:
         assert not by_value[found["value"] + 1]["fits"]
     text = run("--model", small, "--num-layers", "-1", "--max-seq-length", "64", "--memory", memory,
-               "--reserve", "0", "--max", "batch_size", "--estimate-only").output
+               "--reserve", "0", "--backend", "cpu", "--max", "batch_size", "--estimate-only").output
     assert "Largest batch size that fits" in text and ": 3" in text
 
 
@@ -348,7 +348,7 @@ def test_plot_with_skipped_and_failed_runs(small, fake, tmp_path):
     model = from_folder(tmp_path / "small")
     memory = budget_for(model, "batch_size", 4, margin=0.0, max_seq_length=64)
     run("--model", small, "--num-layers", "-1", "--batch-size", "1,2,4,8", "--max-seq-length", "64",
-        "--memory", memory, "--reserve", "0", "--plot", str(png))
+        "--memory", memory, "--reserve", "0", "--backend", "cpu", "--plot", str(png))
     assert png.stat().st_size > 10_000
 
 

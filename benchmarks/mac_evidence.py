@@ -1,0 +1,454 @@
+"""The estimate against the public Mac runs: fit, cross-validation, ranges, report.
+
+    python benchmarks/mac_evidence.py          # report with the shipped coefficients and ranges
+    python benchmarks/mac_evidence.py --fit    # refit the Metal (and CUDA) coefficients and the
+                                               # ranges, write them to mlxfit/data/, then report
+
+Each public run (mlxfit/evidence.py: RUNS, read from benchmarks/evidence/mac_runs.csv) is
+reproduced with its own settings: LoRA keys, padding rule, layer bug, MLX version (fused or
+unfused cross-entropy), compiled or not, and bounds on its longest example where the row gives
+only a typical length. A run's error is measured from the logged peak to the nearest of its two
+bounded predictions (zero when the peak lies between them); the headline figures are
+cross-validated by leaving one source out (a source's runs are fitted without it). The ranges
+are nested: each source's range comes from residuals of fits that saw neither it nor the run
+being scored. Writes benchmarks/results/mac_evidence.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+from scipy.optimize import minimize  # noqa: E402
+
+from mlxfit import evidence as ev  # noqa: E402
+from mlxfit.estimate import MOMENTS, TERMS, coefficients, update_in_flight_bytes  # noqa: E402
+from mlxfit.rule import rule_bytes  # noqa: E402
+from mlxfit.uncertainty import quantile  # noqa: E402
+
+DATA = ROOT / "mlxfit" / "data"
+RESULTS = ROOT / "benchmarks" / "results"
+NAMES = [name for name, *_ in TERMS]
+
+# The Metal coefficients are the CPU fit's with the mechanisms of ../shared/METAL.md put in
+# (PRIOR), times a few multipliers fitted on the Mac runs (GROUPS). With some twenty runs, most
+# of them short sequences, only these few can be told apart; each is pulled towards 1 (or its
+# prior) by REGULARIZE so that a multiplier no run speaks for stays where the mechanism put it.
+PRIOR = {
+    # Attention: Metal trains with the same unfused graph as the CPU (one B x H x T x T
+    # probability tensor per trained block kept until its backward; backend/metal/
+    # scaled_dot_product_attention.cpp use_fallback when training), so the CPU's measured
+    # coefficients stand: scores 1.23 (one tensor per block, plus what scales with it), a
+    # block's backward 1.40 more, and 1.19 for the recompute under checkpointing.
+    # The cross-entropy's unfused graph (every public run predates mlx 0.32.3): the CPU measures
+    # 3.0 x the logits at the loss's backward, plus the logits themselves.
+    "logits": 4.0,
+    # mx.fast.cross_entropy (mlx >= 0.32.3 on the GPU): about 1-2 x the logits at the loss; the
+    # upper end, as no Mac run has measured it yet.
+    "logits_fused": 2.0,
+    # Not compiled: each elementwise intermediate of the kept activations is its own buffer.
+    "uncompiled": 0.5,
+}
+# What a Llama block keeps for its backward under LoRA, counted from the ops (norm inputs x and
+# h1, the adapted layers' input, q and k after RoPE, v, the MLP's gate and up: 4 h + 2 kv + 2 I
+# per token) is 1.3 times what the CPU fit keeps (2.57 qkv + 0.85 I + 1.83 adapted outputs):
+# Metal's compile is not the CPU's, so the Metal activations start from the count. The adapted
+# layers' outputs (adapter_act) stay at the CPU's measure: every public run but the unknown-length
+# ones adapted q and v only, so no Mac run tells how they scale with every linear adapted, and
+# lora.py's backward needs only their inputs (counted above).
+ACTIVATIONS_PRIOR = 1.3
+GROUPS = {
+    "activations": ("act_h", "act_qkv", "act_inter", "act_full_h", "act_full_qkv", "act_full_inter", "qk_norm_full",
+                    "checkpoint", "split", "frozen_fused", "act_once", "act_full_once"),
+    "logits": ("logits", "logits_softcap", "logits_block"),
+    "dora": ("dora", "dora_act"),
+    "uncompiled": ("uncompiled",),
+}
+# Weight of (log multiplier)^2 beside a run's squared relative error, per group: the logits'
+# multiple is measured (on the CPU, the same unfused graph), so it is held firmly; DoRA's and the
+# uncompiled step's are free, the activations' in between.
+REGULARIZE = {"activations": 0.02, "logits": 1.0, "dora": 0.001, "uncompiled": 0.001}
+UNDER = 3.0  # an underestimate weighs this many times an overestimate
+CUDA_MARGIN = 0.10  # CUDA's range: Metal's, each end widened by this share, until CUDA runs exist
+
+
+def base_coefficients() -> dict:
+    c = dict(coefficients()["cpu"])
+    for name in GROUPS["activations"]:
+        c[name] *= ACTIVATIONS_PRIOR
+    c.update(PRIOR)
+    return c
+
+
+class Linear:
+    """One bound of one run as a linear form in the coefficients: peak = resident +
+    max(loss . c, block . c, update) + fixed."""
+
+    def __init__(self, f: dict, training):
+        frozen = f["base_bytes"] - (f["trainable_bytes"] if training.fine_tune_type == "full" else 0)
+        self.resident = max(frozen, 0) + f["trainable_bytes"] + f["optimizer_bytes"]
+        self.moments = np.zeros((len(MOMENTS), len(NAMES)))
+        for j, (name, feature, _, alive) in enumerate(TERMS):
+            for m in alive:
+                self.moments[MOMENTS.index(m), j] += f[feature]
+        in_flight = update_in_flight_bytes(training.optimizer, f["trainable_bytes"], f["trained_blocks"])
+        self.update = min(in_flight, f["trainable_bytes"]) + max(in_flight - f["trainable_bytes"], 0)
+
+    def peak(self, c: np.ndarray, fixed: float) -> float:
+        return self.resident + max(float((self.moments @ c).max()), self.update) + fixed
+
+
+class Case:
+    def __init__(self, run: ev.Run):
+        self.run = run
+        self.forms = [Linear(f, t) for f, t in ev.run_features(run)]
+        self.meas = run.peak_gb * 1e9
+        self.tol = run.rounding_gb * 1e9
+
+    def predicted(self, c, fixed) -> tuple[float, float]:
+        a, b = (form.peak(c, fixed) for form in self.forms)
+        return min(a, b), max(a, b)
+
+    def error(self, c, fixed) -> float:
+        """(prediction - logged) / logged, from the nearest bound; 0 inside the bounds."""
+        lo, hi = self.predicted(c, fixed)
+        if hi < self.meas - self.tol:
+            return (hi - self.meas) / self.meas
+        if lo > self.meas + self.tol:
+            return (lo - self.meas) / self.meas
+        return 0.0
+
+    def inside(self, c, fixed, low: float, high: float) -> bool:
+        lo, hi = self.predicted(c, fixed)
+        return lo * low <= self.meas + self.tol and self.meas - self.tol <= hi * high
+
+
+def vector(c: dict) -> tuple[np.ndarray, float]:
+    return np.array([c.get(n, 0.0) for n in NAMES]), c["fixed"]
+
+
+def coefficients_of(theta: dict, base: dict) -> dict:
+    c = dict(base)
+    for group, names in GROUPS.items():
+        for n in names:
+            c[n] = base.get(n, 0.0) * theta.get(group, 1.0)
+    return c
+
+
+def fit(cases: list[Case], base: dict) -> dict:
+    groups = list(GROUPS)
+    if not any(not case.run.compiled for case in cases):
+        groups.remove("uncompiled")
+    if not any(case.run.training.get("fine_tune_type") == "dora" for case in cases):
+        groups.remove("dora")
+
+    def loss(x):
+        theta = dict(zip(groups, np.exp(x)))
+        c, fixed = vector(coefficients_of(theta, base))
+        total = 0.0
+        for case in cases:
+            e = case.error(c, fixed)
+            total += case.run.weight * (UNDER if e < 0 else 1.0) * e * e
+        return total + sum(REGULARIZE[g] * v * v for g, v in zip(groups, x))
+
+    x0 = np.zeros(len(groups))
+    best = minimize(loss, x0, method="Powell", bounds=[(-3, 3)] * len(groups), options={"xtol": 1e-4, "ftol": 1e-9})
+    return coefficients_of(dict(zip(groups, np.exp(best.x))), base), dict(zip(groups, np.exp(best.x)))
+
+
+def implied_longest(run: ev.Run, peak_gb: float, c, fixed) -> int | None:
+    """The longest example, within the run's bounds, at which the estimate equals a logged
+    peak (None when the peak lies outside the bounded predictions): what the run's notes
+    (peaks rising as longer batches come) can be checked against."""
+    from dataclasses import replace as _replace
+
+    lo, hi = run.longest
+    if lo == hi:
+        return None
+
+    def at(n):
+        return Case(_replace(run, longest=(n, n))).predicted(c, fixed)[0]
+
+    target = peak_gb * 1e9
+    if not at(lo) <= target <= at(hi):
+        return None
+    while hi - lo > 8:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if at(mid) < target else (lo, mid)
+    return hi
+
+
+# Peaks a row's notes give beyond the one it reports (the peak rising with longer batches).
+LATER_PEAKS = {"mlx-examples#891": (21.233, 26.664)}
+
+
+def ratio(case: Case, c, fixed) -> float:
+    """logged / predicted, from the nearest bound (1 inside the bounds)."""
+    return 1.0 / (1.0 + case.error(c, fixed))
+
+
+def combined_range(ratios: list[float], cpu_lo: float, cpu_hi: float) -> tuple[float, float]:
+    """Metal's range: the estimator's own spread where it is measured (the CPU grid) times the
+    spread of the Mac runs' logged / predicted (5th-95th percentile). Most runs bound their
+    length loosely and so score 1 (no error seen), which says little about the spread: the
+    CPU's factor keeps the model's own error in, the Mac runs' adds what moving to Metal costs."""
+    return cpu_lo * min(1.0, quantile(ratios, 0.05)), cpu_hi * max(1.0, quantile(ratios, 0.95))
+
+
+def cpu_range() -> tuple[float, float, int]:
+    rows = list(csv.DictReader(open(RESULTS / "accuracy.csv")))
+    ratios = [int(r["measured_bytes"]) / int(r["predicted_bytes"]) for r in rows]
+    return quantile(ratios, 0.05), quantile(ratios, 0.95), len(rows)
+
+
+def rule_range(cases: list[Case]) -> tuple[float, float]:
+    ratios = []
+    for case in cases:
+        model, t = case.run.model_info(), case.run.training_config()
+        ratios.append(case.meas / rule_bytes(t.method if not model.quantized or t.fine_tune_type == "full" else "qlora", model.params))
+    return quantile(ratios, 0.05), quantile(ratios, 0.95)
+
+
+def cross_validate(metal: list[Case], base: dict, cpu_lo: float, cpu_hi: float):
+    """Leave one source out: each source's errors from a fit that never saw it, and its range
+    nested (from residuals on the other sources t, each predicted by a fit that saw neither the
+    source nor t). Returns (error per run key, coefficient vector per source, range per source)."""
+    sources = sorted({case.run.source for case in metal})
+    cv_error, cv_c, cv_range = {}, {}, {}
+    for s in sources:
+        c_s, _ = fit([k for k in metal if k.run.source != s], base)
+        cv_c[s] = vector(c_s)
+        for case in metal:
+            if case.run.source == s:
+                cv_error[case.run.key] = case.error(*cv_c[s])
+    for s in sources:
+        ratios = []
+        for t in sources:
+            if t == s:
+                continue
+            c_st, _ = fit([k for k in metal if k.run.source not in (s, t)], base)
+            vec = vector(c_st)
+            ratios += [ratio(k, *vec) for k in metal if k.run.source == t]
+        cv_range[s] = combined_range(ratios, cpu_lo, cpu_hi)
+    return cv_error, cv_c, cv_range
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fit", action="store_true", help="refit and write mlxfit/data/coefficients.json and ranges.json")
+    parser.add_argument("--mlx-train-perf", metavar="PYTHON",
+                        help="a Python with mlx-train-perf installed (a throwaway venv: pip install --no-deps "
+                             "mlx-train-perf); its `plan` is then shown beside mlxfit on the LoRA / QLoRA runs")
+    args = parser.parse_args(argv)
+
+    metal = [Case(r) for r in ev.RUNS if r.backend == "metal"]
+    cuda = [Case(r) for r in ev.RUNS if r.backend == "cuda"]
+    sources = sorted({case.run.source for case in metal})
+    base = base_coefficients()
+    cpu_lo, cpu_hi, cpu_n = cpu_range()
+
+    cv_error, cv_c, cv_range = cross_validate(metal, base, cpu_lo, cpu_hi)
+    full_c, theta = fit(metal, base)
+    all_ratios = [1.0 / (1.0 + e) for e in cv_error.values()]
+    metal_lo, metal_hi = combined_range(all_ratios, cpu_lo, cpu_hi)
+    rule_lo, rule_hi = rule_range(metal)
+
+    if args.fit:
+        coeffs = json.loads((DATA / "coefficients.json").read_text())
+        coeffs["metal"] = {k: round(float(v), 4) for k, v in full_c.items()}
+        coeffs["cuda"] = dict(coeffs["metal"])
+        coeffs["_metal"] = (
+            "metal: the cpu coefficients with METAL.md's mechanisms (benchmarks/mac_evidence.py PRIOR) times "
+            f"multipliers fitted on the public Mac runs ({', '.join(f'{k} {v:.3f}' for k, v in theta.items())}); "
+            "cuda: the metal coefficients, with cuDNN's attention in mlxfit/estimate.py backend_features."
+        )
+        (DATA / "coefficients.json").write_text(json.dumps(coeffs, indent=2) + "\n")
+        ranges = {
+            "_comment": "Measured / predicted peak spread per backend: an estimate's range is [low, high] times it. "
+                        "Written by benchmarks/mac_evidence.py --fit; see benchmarks/results/mac_evidence.md.",
+            "cpu": {"low": round(cpu_lo, 4), "high": round(cpu_hi, 4),
+                    "basis": f"5th-95th percentile of measured/predicted over the {cpu_n} configurations of "
+                             "benchmarks/results/accuracy.csv (MLX CPU backend, measured here)"},
+            "metal": {"low": round(metal_lo, 4), "high": round(metal_hi, 4),
+                      "basis": f"the cpu range times the 5th-95th percentile of logged / predicted over {len(metal)} "
+                               "public Mac runs, cross-validated leaving one source out"},
+            "cuda": {"low": round(metal_lo - CUDA_MARGIN, 4), "high": round(metal_hi + CUDA_MARGIN, 4),
+                     "basis": f"the metal range widened by {CUDA_MARGIN:.0%} at each end: one public CUDA run only"},
+            "rule": {"low": round(rule_lo, 4), "high": round(rule_hi, 4),
+                     "basis": f"5th-95th percentile of logged / rule of thumb over the {len(metal)} public Mac runs"},
+        }
+        (DATA / "ranges.json").write_text(json.dumps(ranges, indent=2) + "\n")
+        from mlxfit import estimate, uncertainty
+
+        estimate.coefficients.cache_clear()
+        uncertainty.ranges.cache_clear()
+
+    mtp = mlx_train_perf_plans(metal, args.mlx_train_perf) if args.mlx_train_perf else {}
+    report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, (metal_lo, metal_hi), (cpu_lo, cpu_hi), (rule_lo, rule_hi), mtp)
+    return 0
+
+
+MTP_SCRIPT = """
+import json, sys
+from mlx_train_perf.plan.estimate import ModelShape, TrainConfig, plan_fit
+out = {}
+for key, config, kw in json.load(sys.stdin):
+    shape = ModelShape.from_config(config)
+    out[key] = [plan_fit(shape, TrainConfig(**{**kw, "seq_len": n}), budget_bytes=10**13).predicted_peak_bytes
+                for n in kw.pop("seq_lens")]
+print(json.dumps(out))
+"""
+
+
+def mlx_train_perf_plans(cases, python: str) -> dict:
+    """mlx-train-perf's `plan_fit` (its analytic planner; it models LoRA / QLoRA on q_proj and
+    v_proj with its naive loss, not full fine-tuning or DoRA) at both bounds of each run."""
+    import subprocess
+
+    jobs = []
+    for case in cases:
+        r, t = case.run, case.run.training_config()
+        if t.fine_tune_type != "lora":
+            continue
+        model = r.model_info()
+        config = dict(model.config)
+        lengths = [n - 1 for n in r.lengths()]
+        layers = model.architecture.num_layers if t.num_layers == -1 else t.num_layers
+        kw = dict(batch=t.batch_size, seq_lens=lengths, dtype="bfloat16" if model.dtype == "quantized" else model.dtype,
+                  lora_rank=t.rank, lora_layers=layers, grad_checkpoint=t.grad_checkpoint, impl="naive")
+        jobs.append((r.key, config, kw))
+    done = subprocess.run([python, "-c", MTP_SCRIPT], input=json.dumps(jobs), capture_output=True, text=True, check=True)
+    return {k: (min(v), max(v)) for k, v in json.loads(done.stdout).items()}
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
+
+
+def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, cpu_rng, rule_rng, mtp=None) -> None:
+    from mlxfit.estimate import coefficients as shipped
+    from mlxfit.uncertainty import range_factors
+
+    shipped_vec = vector(shipped()["metal"])
+    lo_f, hi_f = range_factors("metal")
+    mtp = mtp or {}
+    rows, inside_cv, inside_shipped, rule_errors, mtp_errors = [], [], [], [], []
+    for case in metal:
+        r = case.run
+        lo, hi = case.predicted(*shipped_vec)
+        cv_lo, cv_hi = case.predicted(*cv_c[r.source])
+        model, t = r.model_info(), r.training_config()
+        method = "qlora" if model.quantized and t.fine_tune_type != "full" else t.method
+        rule = rule_bytes(method, model.params)
+        rule_errors.append((rule - case.meas) / case.meas)
+        in_cv = case.inside(*cv_c[r.source], *cv_range[r.source])
+        in_shipped = case.inside(*shipped_vec, lo_f, hi_f)
+        inside_cv.append(in_cv)
+        inside_shipped.append(in_shipped)
+        widths = "–".join(str(n) for n in sorted(set(r.lengths())))
+        if r.key in mtp:
+            m_lo, m_hi = mtp[r.key]
+            m_err = ((m_hi - case.meas) / case.meas if m_hi < case.meas - case.tol else
+                     (m_lo - case.meas) / case.meas if m_lo > case.meas + case.tol else 0.0)
+            mtp_errors.append(m_err)
+            mtp_cell = f"{m_lo / 1e9:.1f}–{m_hi / 1e9:.1f} ({pct(m_err)})"
+        else:
+            mtp_cell = "not modelled" if mtp else "not run"
+        implied = [implied_longest(r, p, *shipped_vec) for p in (r.peak_gb, *LATER_PEAKS.get(r.key, ()))]
+        implied_cell = " → ".join("–" if n is None else str(n) for n in implied)
+        rows.append(
+            f"| {r.key} | {r.trust} | {r.model} | {t.fine_tune_type}{' (q,v)' if t.lora_keys == ev.QV else ''}"
+            f"{' ckpt' if t.grad_checkpoint else ''} | {t.batch_size} × {widths} | {r.peak_gb:.2f} | "
+            f"{cv_lo / 1e9:.2f}–{cv_hi / 1e9:.2f} | {pct(cv_error[r.key])} | {'yes' if in_cv else 'no'} | "
+            f"{implied_cell} | {rule / 1e9:.1f} ({pct(rule_errors[-1])}) | {mtp_cell} |"
+        )
+    errors = list(cv_error.values())
+    exact = [case for case in metal if case.run.exact_length]
+    weighted_median = statistics.median(abs(e) for e in errors)
+    lines = [
+        "# The estimate against public Mac runs",
+        "",
+        "Written by `python benchmarks/mac_evidence.py`. Ground truth: the logged peaks of the public mlx-lm runs on",
+        "Apple silicon in `benchmarks/evidence/mac_runs.csv`, each reproduced with its own settings",
+        "(`mlxfit/evidence.py`: LoRA keys, padding rule, MLX version, compile, bounds on the longest example).",
+        "These figures come from Macs (other people's); nothing here was run on a Mac by this project.",
+        "",
+        "Implied longest: the longest example, within the row's bounds, at which the shipped estimate equals the",
+        "logged peak (– where the peak lies outside the bounded predictions, or the length is known); for",
+        "mlx-examples#891 also at the later peaks its notes give (21.2 GB at iteration 30, 26.7 GB at 50).",
+        "",
+        "Error: (predicted − logged) / logged, from the nearest of the two bounded predictions (0 when the logged",
+        "peak lies between the predictions at the shortest and the longest example the row allows). Predictions",
+        "are cross-validated: each source is predicted by a fit that did not see it. Inside: the logged peak lies",
+        "inside the range the fit without that source would give (nested: the range's own residuals come from",
+        "fits that saw neither that source nor the scored one).",
+        "",
+        f"- Mac runs reproduced: {len(metal)} from {len(sources)} sources "
+        f"({len(exact)} with the longest example known to within 10%).",
+        f"- Median |error|: {weighted_median * 100:.1f}% (cross-validated); worst overestimate "
+        f"{pct(max(errors))}, worst underestimate {pct(min(errors))}.",
+        f"- Logged peak inside the cross-validated range: {sum(inside_cv)} of {len(metal)} "
+        f"({sum(inside_cv) / len(metal):.0%}); inside the shipped range: {sum(inside_shipped)} of {len(metal)}.",
+        f"- Exact-length runs only: median |error| "
+        f"{statistics.median(abs(cv_error[c.run.key]) for c in exact) * 100:.1f}%, inside the range "
+        f"{sum(inside_cv[i] for i, c in enumerate(metal) if c.run.exact_length)} of {len(exact)}."
+        if exact else "- No run has an exactly known length.",
+        f"- The rule of thumb on the same runs: median |error| "
+        f"{statistics.median(abs(e) for e in rule_errors) * 100:.0f}%, worst underestimate {pct(min(rule_errors))}.",
+        (f"- mlx-train-perf 0.9.1 `plan_fit` (LoRA / QLoRA runs only, {len(mtp_errors)} of them; its naive loss): "
+         f"median |error| {statistics.median(abs(e) for e in mtp_errors) * 100:.1f}%, worst underestimate "
+         f"{pct(min(mtp_errors)) if min(mtp_errors) < 0 else 'none'}, worst overestimate {pct(max(mtp_errors))}; "
+         f"mlxfit on the same runs: median |error| "
+         f"{statistics.median(abs(cv_error[k]) for k in mtp) * 100:.1f}%."
+         if mtp_errors else "- mlx-train-perf's `plan` was not run (pass --mlx-train-perf PYTHON)."),
+        f"- Shipped ranges (measured / predicted): metal {metal_range[0]:.3f}–{metal_range[1]:.3f}, "
+        f"cpu {cpu_rng[0]:.3f}–{cpu_rng[1]:.3f} (from the accuracy grid), rule {rule_rng[0]:.2f}–{rule_rng[1]:.2f}.",
+        f"- Fitted Metal multipliers on the CPU coefficients with METAL.md's mechanisms: "
+        + ", ".join(f"{k} {v:.3f}" for k, v in theta.items()) + ".",
+        "",
+        "| run | trust | model | method | batch × width | logged GB | predicted GB (cv) | error (cv) | inside | implied longest | rule GB (error) | mlx-train-perf plan GB (error) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "## Runs not reproduced",
+        "",
+        *(f"- mac_runs.csv row {row}: {why}" for row, why in sorted(ev.SKIPPED.items())),
+        "",
+        "## CUDA",
+        "",
+    ]
+    for case in cuda:
+        lo, hi = case.predicted(*vector(shipped()["cuda"]))
+        lines.append(
+            f"- {case.run.key} ({case.run.model}, {case.run.how}): logged {case.run.peak_gb:.2f} GB, predicted "
+            f"{lo / 1e9:.2f}–{hi / 1e9:.2f} GB, error {pct(case.error(*vector(shipped()['cuda'])))}; the CUDA "
+            "coefficients are the Metal ones (not fitted on this run)."
+        )
+    lines += ["", "## Runs that ran out of memory", "", "| run | machine | budget | predicted range | verdict |", "|---|---|---|---|---|"]
+    lines += oom_rows()
+    lines += ["", *(f"- mac_oom_reports.csv row {row}: {why}" for row, why in sorted(ev.OOM_SKIPPED.items()))]
+    (RESULTS / "mac_evidence.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def oom_rows() -> list[str]:
+    out = []
+    for oom in ev.OOM_RUNS:
+        plan = ev.oom_plan(oom)
+        e = plan.selected
+        lo, hi = e.predicted_range_bytes
+        out.append(f"| {oom.key} | {oom.machine_gb:g} GB | {e.usable_bytes / 1e9:.1f} GB | {lo / 1e9:.1f}–{hi / 1e9:.1f} GB | {e.verdict} |")
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

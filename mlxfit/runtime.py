@@ -1,0 +1,67 @@
+"""What the MLX / mlx-lm versions of a run do that changes its peak, per backend.
+
+The estimate is for the installed versions (`Runtime.current`); the public Mac
+runs that check it (mlxfit/evidence.py) were made with older ones, so each is
+reproduced with the runtime of its own versions (`Runtime.of_versions`). Every
+switch is cited from MLX / mlx-lm source (see ../shared/METAL.md):
+
+- fused_cross_entropy: mlx/nn/losses.py cross_entropy calls mx.fast.cross_entropy
+  on the GPU backends (Metal, CUDA) from mlx 0.32.3; the CPU, and the GPU before,
+  run the unfused graph (logits - max, take_along_axis, logsumexp).
+- compiled_step: mlx-lm compiles the whole training step (mx.compile with state in
+  and out), which fuses elementwise chains so their intermediates are never
+  allocated. The only public uncompiled Metal run is mlx-lm PR #53's baseline.
+- fused_sdpa_forward: before mlx 0.25.0 (PR #2054) Metal ran the fused attention
+  forward while training and recomputed the unfused graph in the backward; since,
+  training runs the unfused forward and keeps the probabilities (`use_fallback`
+  in backend/metal/scaled_dot_product_attention.cpp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+FUSED_CE_MLX = (0, 32, 3)
+UNFUSED_SDPA_TRAINING_MLX = (0, 25, 0)
+
+
+def parse_version(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    parts = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or None
+
+
+@lru_cache(maxsize=1)
+def installed_mlx() -> tuple[int, ...] | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return parse_version(version("mlx"))
+    except PackageNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class Runtime:
+    fused_cross_entropy: bool = True
+    compiled_step: bool = True
+    fused_sdpa_forward: bool = False
+
+    @classmethod
+    def of_versions(cls, backend: str, mlx: tuple[int, ...] | None, compiled_step: bool = True) -> "Runtime":
+        """`mlx` None: a current MLX (the estimate plans for what a user installs now)."""
+        gpu = backend in ("metal", "cuda")
+        fused_ce = gpu and (mlx is None or mlx >= FUSED_CE_MLX)
+        old_sdpa = backend == "metal" and mlx is not None and mlx < UNFUSED_SDPA_TRAINING_MLX
+        return cls(fused_cross_entropy=fused_ce, compiled_step=compiled_step, fused_sdpa_forward=old_sdpa)
+
+    @classmethod
+    def current(cls, backend: str) -> "Runtime":
+        return cls.of_versions(backend, installed_mlx())

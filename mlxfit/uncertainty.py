@@ -1,0 +1,61 @@
+"""How far an estimate can be off, per backend, and verdicts that respect it.
+
+Every estimate carries a range [low, high]: the point estimate times the spread of
+measured / predicted peaks on the evidence for that backend
+(mlxfit/data/ranges.json, written by benchmarks/mac_evidence.py):
+
+- cpu: the accuracy grid measured here (benchmarks/results/accuracy.csv);
+- metal: the public Mac runs, cross-validated leaving one source out
+  (benchmarks/results/mac_evidence.md), never narrower than the CPU's;
+- cuda: one public run only, so the Metal range widened by a stated margin;
+- rule: the rule of thumb against the public Mac runs (it has no backend).
+
+A verdict is "fits" only when the high end is within the budget, "does not fit"
+when the low end is above it, and "tight" when the budget falls inside the range.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from importlib import resources
+
+
+@lru_cache(maxsize=1)
+def ranges() -> dict:
+    text = resources.files("mlxfit").joinpath("data/ranges.json").read_text()
+    return json.loads(text)
+
+
+def range_factors(backend: str, basis: str = "detailed") -> tuple[float, float]:
+    entry = ranges()["rule" if basis == "rule" else backend]
+    return entry["low"], entry["high"]
+
+
+def range_basis(backend: str) -> str:
+    return ranges()[backend]["basis"]
+
+
+def predicted_range(n_bytes: int, backend: str, basis: str = "detailed") -> tuple[int, int]:
+    low, high = range_factors(backend, basis)
+    return int(math.floor(n_bytes * low)), int(math.ceil(n_bytes * high))
+
+
+def verdict(low_bytes: int, high_bytes: int, usable_bytes: int) -> str:
+    if low_bytes > usable_bytes:
+        return "does not fit"
+    if high_bytes > usable_bytes:
+        return "tight"
+    return "fits"
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolation quantile (numpy's default), without numpy."""
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("no values")
+    at = (len(xs) - 1) * q
+    lo = math.floor(at)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (at - lo)
