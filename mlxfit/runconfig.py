@@ -82,8 +82,6 @@ class ResolvedConfig:
     config_file: str | None = None
 
     def value(self, key: str):
-        if key == "lora_keys":
-            return self.lora_keys
         if key in _TRAINING:
             return getattr(self.training, key)
         if key in ("model", "data", "mask_prompt"):
@@ -192,10 +190,8 @@ def resolve(flags: dict, config_path: Path | None = None) -> ResolvedConfig:
         if value is not None:
             value = _check(where, f"lora_parameters.{key}", value, _TRAINING[key].type)
         pick(key, value, base[key])
-
-    # The file's keys reach the estimate (TrainingConfig.lora_keys); mlx-lm ignores them for full.
-    values["lora_keys"] = tuple(lora_keys) if lora_keys and values["fine_tune_type"] != "full" else None
-    sources["lora_keys"] = lora_source
+    if values["fine_tune_type"] == "full":
+        values["lora_keys"] = None  # mlx-lm ignores lora_parameters for full fine-tuning
     for key in _TRAINING:  # mlxfit's own (quantize, bits, ...): no mlx-lm config key
         if key not in values:
             pick(key, None, base[key])
