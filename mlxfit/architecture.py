@@ -67,6 +67,9 @@ class Block:
     experts_per_token: int = 0
     expert_intermediate: int = 0
     qk_norm: bool = False
+    # A gated-delta recurrence (mlx_lm/models/gated_delta.py): value heads, key and
+    # value head dims of its per-sequence state (0: no recurrence).
+    recurrent: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def params(self) -> int:
@@ -284,6 +287,8 @@ def _block(block: nn.Module, index: int, config: dict, hidden: int) -> Block:
     expert_down = [l for l in linears if l.experts > 1 and l.out_features == hidden]
     dense_down = [l for l in linears if l.experts == 1 and l.out_features == hidden and l.in_features != hidden
                   and l not in in_mixer]
+    recurrent = next(((h, k, v) for _, m in modules if (h := _int_attr(m, ("num_v_heads",)))
+                      and (k := _int_attr(m, ("head_k_dim",))) and (v := _int_attr(m, ("head_v_dim",)))), (0, 0, 0))
     topk = 0
     if experts > 1:
         topk = next((v for _, m in [("", block)] + modules if (v := _int_attr(m, _TOPK_NAMES))), 0)
@@ -303,6 +308,7 @@ def _block(block: nn.Module, index: int, config: dict, hidden: int) -> Block:
         experts_per_token=topk,
         expert_intermediate=max((l.in_features for l in expert_down), default=0),
         qk_norm=qk_norm,
+        recurrent=recurrent,
     )
 
 

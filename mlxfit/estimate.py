@@ -156,6 +156,13 @@ def _widths(block: Block, h: int) -> dict:
     return {"h": h, "qkv": block.qkv, "inter": inter}
 
 
+def _recurrent_width(block: Block) -> int:
+    """Per token, the sliced inputs of a gated-delta step: q and k (repeated to the
+    value heads), v, and the gate and beta per head."""
+    heads, dk, dv = block.recurrent
+    return heads * (2 * dk + dv + 2)
+
+
 def _adapted(block: Block, keys) -> list:
     return [lin for lin in block.linears if keys is None or lin.path in keys]
 
@@ -251,6 +258,18 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         "softcap_scores_bytes": over_blocks(scores) if arch.softcap else 0,
         "softcap_logits_bytes": B * T * V * s if arch.softcap else 0,
         "softcap": arch.softcap,
+        # Gated delta (mlx_lm/models/gated_delta.py gated_delta_ops, which training
+        # runs on every backend: qwen3_5 passes use_kernel=not self.training): a
+        # Python loop over the T tokens keeps each step's float32 state
+        # (B x Hv x Dv x Dk) for the backward, and the gradient of every step's
+        # slice q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t] is a zero-filled
+        # array of the whole sequence, so one block's backward holds ~T of those.
+        # Measured on the CPU (a qwen3_5 of width 256, 8 value heads of 64 x 64, at
+        # B x N = 1 x 128, 1 x 256, 2 x 256 and 1 x 256 checkpointed): 0.85 of the
+        # states, 0.91 of the slices' gradients; linear in B, quadratic in T, and
+        # checkpointing leaves the T^2 part (one block's backward) as it is.
+        "recurrent_state_bytes": B * T * 4 * over_blocks(lambda b: math.prod(b.recurrent)),
+        "recurrent_once_bytes": max((B * T * T * 4 * _recurrent_width(b) for b in blocks), default=0),
         "tokens": T,
         "trained_blocks": n,
         "unmeasured_kinds": arch.unmeasured_kinds(),
@@ -285,6 +304,8 @@ TERMS = (
     ("scores_once", "scores_once_bytes", "attention scores", BLOCK),
     ("logits_block", "logits_bytes", "logits and gradient", BLOCK),
     ("scores_recompute", "scores_recompute_bytes", "attention scores", BLOCK),
+    ("recurrent_state", "recurrent_state_bytes", "activations", KEPT),
+    ("recurrent_once", "recurrent_once_bytes", "activations", BLOCK),
     # Backend and version terms (backend_features fills them; 0 elsewhere).
     ("logits_fused", "logits_fused_bytes", "logits and gradient", LOSS),
     ("uncompiled", "uncompiled_bytes", "activations", KEPT),
