@@ -85,7 +85,8 @@ class Option:
 
     @property
     def fits(self) -> bool:
-        return self.verdict != "does not fit"
+        """As probe's verdict: the range's high end within the budget."""
+        return self.verdict == "fits"
 
     @property
     def speed_only(self) -> bool:
@@ -196,11 +197,13 @@ def _truncation_words(n: int, data) -> str:
 
 
 def _sizer(backend: str, calibration, length: int | None, usable: int):
-    from .plan import predict, verdict
+    from .plan import predict
+    from .uncertainty import predicted_range, verdict
 
     def size(model: ModelInfo, changes: tuple[Change, ...], training: TrainingConfig) -> Option:
+        # Judged as probe judges the run itself: by the estimate's range on this backend.
         need, _ = predict(model, training, backend, calibration, length)
-        return Option(changes, model, training, need, verdict(need, usable))
+        return Option(changes, model, training, need, verdict(*predicted_range(need, backend), usable))
 
     return size
 

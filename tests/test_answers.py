@@ -92,7 +92,9 @@ def test_model_remedy_is_a_real_catalog_model_by_the_detailed_estimate():
     assert len(model_changes) == 1 and model_changes[0]["fits"]
     other = shlex.split(model_changes[0]["change"])[1]
     check = run_json("probe", "--model", other, *base)
-    assert check["model"]["model_type"] == "qwen2" and check["model"]["params"] < 14e9
+    # Same architecture first; with verdicts by the range, no smaller qwen2 fits these
+    # settings outright, so another family's model may be the answer.
+    assert check["model"]["source"] == "catalog" and check["model"]["params"] < 14e9
     assert selected(check)["predicted_peak_bytes"] == model_changes[0]["new_bytes"] <= 27 * GB
     # Llama-3.2-1B at 4 x 4096 tokens: the rule once offered "a model of at most
     # 12.00B parameters"; by the detailed estimate no smaller catalog model fits.
