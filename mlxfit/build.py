@@ -91,6 +91,20 @@ def quantize(model: nn.Module, config: dict, training: TrainingConfig) -> nn.Mod
     return model
 
 
+def keep_last_blocks(model: nn.Module, blocks: int) -> None:
+    """A slice (mlxfit/slicing.py): the model's block list cut to its last `blocks`,
+    before anything is evaluated, so the others never take memory."""
+    from .module_tree import modules
+
+    layers = model.layers
+    for _, module in modules(model):
+        for key, value in module.items():
+            if value is layers:
+                module[key] = layers[len(layers) - blocks:]
+                return
+    raise MlxfitError(f"{type(model).__module__.split('.')[-1]}'s blocks cannot be sliced: measure the whole run")
+
+
 def materialize(model: nn.Module) -> None:
     """Evaluate one parameter at a time, so lazy sources never pile up."""
     for _, p in tree_flatten(model.parameters()):
@@ -120,14 +134,18 @@ def prepare_for_training(model: nn.Module, training: TrainingConfig) -> None:
             raise MlxfitError(str(e)) from e
 
 
-def build(config: dict, folder: Path | None, training: TrainingConfig, on_stage=lambda stage: None) -> nn.Module:
-    """Load (real weights) or build (random weights), quantize for QLoRA, prepare."""
+def build(config: dict, folder: Path | None, training: TrainingConfig, on_stage=lambda stage: None,
+          blocks: int | None = None) -> nn.Module:
+    """Load (real weights) or build (random weights), quantize for QLoRA, prepare.
+    `blocks`: keep only the last blocks (a slice of the model)."""
     if has_weights(folder):
         on_stage("loading weights")
         model = load_weights_model(folder)
     else:
         on_stage("building random weights")
         model = random_model(config)
+    if blocks is not None:
+        keep_last_blocks(model, blocks)
     already_quantized = bool(config.get("quantization"))
     if training.quantize and not already_quantized:
         on_stage("quantizing")

@@ -98,7 +98,8 @@ def run(request: dict) -> None:
             from .steps import batches, full_length_dataset, run_steps
 
             tic = time.perf_counter()
-            model = build(request["config"], folder, training, on_stage=lambda s: emit("stage", stage=s))
+            model = build(request["config"], folder, training, on_stage=lambda s: emit("stage", stage=s),
+                          blocks=request.get("slice_blocks"))
             load_peak = mx.get_peak_memory()
             build_seconds = time.perf_counter() - tic
             emit("built", seconds=build_seconds, peak_bytes=load_peak)

@@ -84,13 +84,16 @@ def _default(name):
 @click.option("--hostfile", type=click.Path(dir_okay=False), help="mlx.launch's JSON hostfile with a \"memory\" size per host: checks every node.")
 @click.option("--backend", type=click.Choice(["cpu", "metal", "cuda"]), help="Estimate for this MLX backend (default: this machine's; metal with --memory, cuda with --gpu-memory).")
 @click.option("--measure", "do_measure", is_flag=True, help="Also run a few real mlx-lm training steps (in a child process) and report the true peak.")
-@click.option("--force", is_flag=True, help="Measure even when the estimate says the run does not fit.")
+@click.option("--slice", "by_slice", is_flag=True,
+              help="With --measure: measure a slice (the real embedding and head, a few real-width blocks) and "
+                   "extrapolate to the whole model. Automatic when the whole run would not fit.")
+@click.option("--force", is_flag=True, help="Measure the whole run even when the estimate says it does not fit.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds before a measurement is stopped.")
 @click.option("--steps", type=click.IntRange(min=3), default=6, show_default=True, help="Most steps to measure; stops earlier once the peak has held for two steps.")
 @machine_options
 @json_option
 @handle_errors
-def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trust_remote_code, hostfile, backend, do_measure, force, timeout, steps, memory, gpu_memory, reserve, json_, **training_flags):
+def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trust_remote_code, hostfile, backend, do_measure, by_slice, force, timeout, steps, memory, gpu_memory, reserve, json_, **training_flags):
     """Will LoRA, QLoRA and full fine-tuning of MODEL fit? What to change if not.
 
     MODEL may be given as the argument or as --model (which wins when both are).
@@ -139,7 +142,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     advice = gather_advice(plan, stats, machine, backend)
     comparison = None
     if do_measure:
-        comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_)
+        comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_, by_slice=by_slice)
     selected = plan.selected
     host_range = selected.predicted_range_bytes if selected.detailed else None
     host_checks = [h.check(selected.predicted_bytes, host_range) for h in host_list] if host_list else None
@@ -204,7 +207,7 @@ def gather_advice(plan, stats, machine, backend):
     return notes
 
 
-def run_measurement(plan, force, timeout, steps, quiet):
+def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
     from . import render
     from .machine import mlx_backend
     from .measure import Comparison, measure, request_for
@@ -216,20 +219,41 @@ def run_measurement(plan, force, timeout, steps, quiet):
     raw_predicted, _ = predict(plan.model, plan.training, backend, length=plan.length)
     predicted, _ = predict(plan.model, plan.training, backend, plan.calibration, plan.length)
     usable = plan.machine.usable_bytes
-    if predicted > usable and not force:
-        raise MlxfitError(
-            f"refusing to measure: the predicted {format_gb(predicted)} exceeds the "
-            f"{format_gb(usable)} budget and could push this machine into swap; "
-            "change the run (see the remedies without --measure) or pass --force"
-        )
-    request = request_for(plan.model, plan.training, length=plan.length, max_steps=steps)
-    with render.measure_progress(quiet=quiet) as on_event:
-        measurement = measure(request, timeout=timeout, on_event=on_event)
+    if plan.model.architecture is not None and (by_slice or (predicted > usable and not force)):
+        measurement = measure_slices(plan, backend, usable, force, timeout, steps, quiet)
+    else:
+        request = request_for(plan.model, plan.training, length=plan.length, max_steps=steps)
+        with render.measure_progress(quiet=quiet) as on_event:
+            measurement = measure(request, timeout=timeout, on_event=on_event)
     if plan.model.architecture is not None:
         from .calibration import record
 
         record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict())
     return Comparison(measurement, predicted, usable)
+
+
+def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
+    """A slice of the run: said beforehand, refused where even it would not fit."""
+    from . import render
+    from .plan import predict
+    from .slicing import measure_by_slices, plan_slices, slice_training, sliced_model
+    from .units import format_gb
+
+    slices = plan_slices(plan.model.architecture, plan.training)
+    need = max(predict(sliced_model(plan.model, s), slice_training(plan.training, s), backend, length=plan.length)[0]
+               for s in slices.slices)
+    if need > usable and not force:
+        raise MlxfitError(
+            f"refusing to measure: even the largest slice needs about {format_gb(need)}, over the "
+            f"{format_gb(usable)} budget; change the run (see the plan without --measure) or pass --force"
+        )
+    if not quiet:
+        render.print_hanging(
+            f"[bold]Slice[/]    measuring {slices.describe()}: {len(slices.slices)} short runs of "
+            f"{steps} steps at most, each about {format_gb(need)} at most, extrapolated to the whole model",
+        )
+    with render.measure_progress(quiet=quiet) as on_event:
+        return measure_by_slices(plan.model, plan.training, plan.length, steps, timeout=timeout, on_event=on_event)
 
 
 @cli.command()

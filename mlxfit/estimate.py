@@ -75,7 +75,7 @@ def _qlora_bits(model: ModelInfo, training: TrainingConfig) -> tuple[int | None,
 
 
 @lru_cache(maxsize=256)
-def _counted(config_key: str, bits, group_size, fine_tune_type: str, num_layers: int, rank: int, keys):
+def _counted(config_key: str, bits, group_size, fine_tune_type: str, num_layers: int, rank: int, keys, keep=None):
     config = json.loads(config_key)
     base = lazy_model.base_model(config, bits, group_size)
     if fine_tune_type == "full":
@@ -83,6 +83,8 @@ def _counted(config_key: str, bits, group_size, fine_tune_type: str, num_layers:
     else:
         trainable = lazy_model.adapter_parameters(base, num_layers, rank, fine_tune_type == "dora", keys)
     base_bytes = module_tree.nbytes(base)
+    if keep is not None:  # a slice: the leading blocks are not there
+        base_bytes -= sum(module_tree.nbytes(b) for b in base.layers[: len(base.layers) - keep])
     return base_bytes, tuple((tuple(v.shape), v.dtype.size) for _, v in trainable)
 
 
@@ -92,7 +94,7 @@ def counted(model: ModelInfo, training: TrainingConfig) -> tuple[int, tuple]:
     keys = tuple(sorted(training.lora_keys)) if training.lora_keys is not None else None
     return _counted(
         json.dumps(model.config, sort_keys=True, default=str), *_qlora_bits(model, training),
-        training.fine_tune_type, training.num_layers, training.rank, keys,
+        training.fine_tune_type, training.num_layers, training.rank, keys, model.slice_blocks,
     )
 
 

@@ -52,6 +52,8 @@ class Measurement:
     step_seconds: tuple[float, ...] = field(default=())
     tokens_per_step: int = 0
     ranks: tuple[dict, ...] = field(default=())  # every rank's peaks under mlx.launch
+    method: str = "full"  # "full", or "slice": the peaks extrapolated from slices (mlxfit/slicing.py)
+    slice: dict | None = None  # what the slices were and measured
 
     @property
     def occupied_bytes(self) -> int:
@@ -76,6 +78,8 @@ class Measurement:
             "step_peaks_bytes": list(self.step_peaks_bytes),
             "tokens_per_second": self.tokens_per_second,
             "ranks": list(self.ranks),
+            "method": self.method,
+            **({"slice": self.slice} if self.slice is not None else {}),
         }
 
 

@@ -529,6 +529,10 @@ def measure_progress(quiet: bool = False):
             kind = event["event"]
             if kind == "stage":
                 progress.update(task, description=event["stage"])
+            elif kind == "slice":
+                frozen = event["blocks"] - event["trained"]
+                progress.console.print(f"  slice {event['index']} of {event['of']}: {event['trained']} trained block"
+                                       f"{'s' if event['trained'] != 1 else ''}" + (f" + {frozen} frozen" if frozen else ""))
             elif kind == "built":
                 progress.console.print(f"  model ready in {event['seconds']:.1f} s, {format_size(event['peak_bytes'])} held")
             elif kind == "step":
@@ -546,7 +550,12 @@ def render_comparison(comparison) -> None:
     m = comparison.measurement
     data = comparison.to_dict()
     judged = data["measured_verdict"]
-    console.print(f"[bold]Measured[/] on the {m.backend} backend, {m.steps} steps in {m.seconds:.1f} s (model built in {m.build_seconds:.1f} s)")
+    if m.method == "slice":
+        print_hanging(f"[bold]Measured[/] by slice on the {m.backend} backend: {m.slice['how']}, "
+                      f"{m.seconds:.1f} s in all; the whole run's figures are extrapolated from the slices' peaks "
+                      f"({', '.join(format_size(p) for p in m.slice['peaks_bytes'])})")
+    else:
+        console.print(f"[bold]Measured[/] on the {m.backend} backend, {m.steps} steps in {m.seconds:.1f} s (model built in {m.build_seconds:.1f} s)")
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("figure")
     table.add_column("bytes", justify="right")

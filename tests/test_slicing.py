@@ -1,0 +1,77 @@
+"""Measuring by slices: which blocks, how the whole run is extrapolated, and that
+the extrapolation agrees with a full measurement."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from mlxfit.cli import cli
+from mlxfit.errors import MlxfitError
+from mlxfit.measure import measure, request_for
+from mlxfit.model import _from_config, from_catalog
+from mlxfit.slicing import Slice, SlicePlan, measure_by_slices, period, plan_slices
+from mlxfit.training import TrainingConfig
+
+LLAMA16 = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 16,
+           "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 8192, "rms_norm_eps": 1e-5,
+           "tie_word_embeddings": True, "torch_dtype": "float32"}
+
+
+def llama16():
+    return _from_config("llama16", "local", LLAMA16)
+
+
+def test_slices_of_a_uniform_model():
+    arch = llama16().architecture
+    assert plan_slices(arch, TrainingConfig(num_layers=-1)).slices == (Slice(2, 2), Slice(4, 4))
+    # Frozen leading blocks: one more slice with a frozen block in front.
+    assert plan_slices(arch, TrainingConfig(num_layers=8)).slices == (Slice(2, 2), Slice(4, 4), Slice(3, 2))
+    # Few trained blocks are measured whole.
+    assert plan_slices(arch, TrainingConfig(num_layers=3)).slices == (Slice(3, 3), Slice(4, 3))
+
+
+def test_slices_follow_the_block_pattern():
+    gemma = from_catalog("google/gemma-3-1b-it").architecture  # 5 sliding, 1 global
+    assert period(gemma.blocks) == 6
+    assert plan_slices(gemma, TrainingConfig(num_layers=-1)).slices[:2] == (Slice(6, 6), Slice(12, 12))
+    qwen35 = from_catalog("Qwen/Qwen3.5-4B").architecture  # 3 linear attention, 1 full
+    assert period(qwen35.blocks) == 4
+    assert plan_slices(qwen35, TrainingConfig(num_layers=16)).slices == (Slice(4, 4), Slice(8, 8), Slice(8, 4))
+
+
+def test_a_model_too_shallow_to_slice_is_measured_whole():
+    shallow = _from_config("llama4", "local", dict(LLAMA16, num_hidden_layers=4)).architecture
+    with pytest.raises(MlxfitError, match="would hold all 4 blocks.*measured whole"):
+        plan_slices(shallow, TrainingConfig(num_layers=-1))
+
+
+def test_extrapolation_is_linear_in_trained_and_frozen_blocks():
+    plan = SlicePlan(total=16, trained=8, period=1, slices=(Slice(2, 2), Slice(4, 4), Slice(3, 2)))
+    # 100 + 2 x 10 per trained block, 3 per frozen block.
+    assert plan.extrapolate([120, 140, 123]) == 120 + 6 * 10 + 8 * 3
+
+
+def test_slice_agrees_with_a_full_measurement(tmp_path):
+    model, training = llama16(), TrainingConfig(batch_size=2, max_seq_length=256, num_layers=-1)
+    sliced = measure_by_slices(model, training, None, max_steps=6, timeout=300)
+    full = measure(request_for(model, training, max_steps=6), timeout=300)
+    assert sliced.method == "slice" and full.method == "full"
+    assert sliced.peak_with_load_bytes == pytest.approx(full.peak_with_load_bytes, rel=0.03)
+    assert sliced.slice["peak_bytes"] < 0.5 * full.peak_with_load_bytes
+    assert [s["blocks"] for s in sliced.slice["blocks"]] == [2, 4] and len(sliced.slice["peaks_bytes"]) == 2
+
+
+def test_probe_measures_by_slice_a_run_that_would_not_fit(model_folder, platform, tmp_path):
+    from conftest import LINUX_CPU
+
+    platform(LINUX_CPU)
+    folder = model_folder(LLAMA16)
+    args = ["probe", "--model", str(folder), "--batch-size", "2", "--max-seq-length", "256", "--num-layers", "8",
+            "--memory", "0.3GB", "--backend", "cpu", "--measure", "--json"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    measured = json.loads(result.output)["measured"]
+    assert measured["method"] == "slice"
+    assert measured["slice"]["blocks"] == [{"blocks": 2, "trained": 2}, {"blocks": 4, "trained": 4}, {"blocks": 3, "trained": 2}]
+    assert measured["peak_with_load_bytes"] > max(measured["slice"]["peaks_bytes"])
