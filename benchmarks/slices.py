@@ -43,7 +43,7 @@ ARCHS = {
     "qwen3moe-16": {"model_type": "qwen3_moe", **W, "hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 128,
                     "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": [],
                     "num_hidden_layers": 16, "num_attention_heads": 4, "head_dim": 32, "tie_word_embeddings": False,
-                    "norm_topk_prob": True},
+                    "norm_topk_prob": True, "rope_theta": 1e6, "max_position_embeddings": 32768},
     "gemma3-24": {"model_type": "gemma3_text", **W, "num_hidden_layers": 24, "num_attention_heads": 4, "num_key_value_heads": 1,
                   "head_dim": 64, "query_pre_attn_scalar": 64, "sliding_window": 128, "sliding_window_pattern": 6},
     "qwen2.5-0.5b": dict(catalog()["qwen/qwen2.5-0.5b-instruct"][1], torch_dtype="float32"),
@@ -148,12 +148,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", type=int, nargs="*", help="indexes of RUNS to measure")
     args = parser.parse_args()
-    rows = []
+    kept = {}
+    if args.only and (RESULTS / "slices.json").exists():  # measure some again, keep the others
+        kept = {r["index"]: r for r in json.loads((RESULTS / "slices.json").read_text())}
     for i in args.only if args.only else range(len(RUNS)):
-        row = run(i)
-        print(json.dumps(row), flush=True)
-        rows.append(row)
-    print(write(rows))
+        kept[i] = run(i)
+        print(json.dumps(kept[i]), flush=True)
+    print(write([kept[i] for i in sorted(kept)]))
 
 
 if __name__ == "__main__":
