@@ -99,8 +99,12 @@ def keep_last_blocks(model: nn.Module, blocks: int) -> None:
     layers = model.layers
     for _, module in modules(model):
         for key, value in module.items():
-            if value is layers:
-                module[key] = layers[len(layers) - blocks:]
+            # The list itself, or the one `layers` is a view of (mlx_lm/models/pipeline.py
+            # PipelineMixin: pipeline_layers = layers[start_idx:end_idx]).
+            if isinstance(value, list) and layers and (value is layers or any(v is layers[-1] for v in value)):
+                module[key] = value[len(value) - blocks:]
+                if getattr(module, "end_idx", None) is not None:
+                    module.start_idx, module.end_idx = 0, blocks
                 return
     raise MlxfitError(f"{type(model).__module__.split('.')[-1]}'s blocks cannot be sliced: measure the whole run")
 
