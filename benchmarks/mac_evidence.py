@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -412,7 +411,7 @@ def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, c
          if mtp_errors else "- mlx-train-perf's `plan` was not run (pass --mlx-train-perf PYTHON)."),
         f"- Shipped ranges (measured / predicted): metal {metal_range[0]:.3f}–{metal_range[1]:.3f}, "
         f"cpu {cpu_rng[0]:.3f}–{cpu_rng[1]:.3f} (from the accuracy grid), rule {rule_rng[0]:.2f}–{rule_rng[1]:.2f}.",
-        f"- Fitted Metal multipliers on the CPU coefficients with METAL.md's mechanisms: "
+        "- Fitted Metal multipliers on the CPU coefficients with METAL.md's mechanisms: "
         + ", ".join(f"{k} {v:.3f}" for k, v in theta.items()) + ".",
         "",
         "| run | trust | model | method | batch × width | logged GB | predicted GB (cv) | error (cv) | inside | implied longest | rule GB (error) | mlx-train-perf plan GB (error) |",

@@ -17,9 +17,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from . import lazy_model
-from .module_tree import modules as _modules, walk as _walk
-from .errors import MlxfitError
 from .lazy_model import text_config
+from .module_tree import modules as _modules, walk as _walk
 from .mlx_lm_modules import MODEL_REMAPPING, installed_model_types
 
 # Kinds of block the fitted terms were measured on (benchmarks/accuracy.py).

@@ -212,7 +212,6 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
     from .machine import mlx_backend
     from .measure import Comparison, measure, request_for
     from .plan import predict
-    from .units import format_gb
 
     # Judge the measurement against the estimate for the backend it runs on.
     backend = mlx_backend()

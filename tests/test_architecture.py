@@ -8,7 +8,6 @@ bytes, dense and 4-bit (group 64), and the trainable adapters of
 """
 
 import json
-import math
 from pathlib import Path
 
 import mlx.core as mx
