@@ -95,8 +95,10 @@ def run(request: dict) -> None:
 
             from .build import build
             from .machine import mlx_backend
-            from .steps import batches, full_length_dataset, run_steps
+            from .steps import MIN_STEPS, batches, evaluate_synchronously, full_length_dataset, run_steps
 
+            if request.get("synchronous"):
+                evaluate_synchronously()
             tic = time.perf_counter()
             model = build(request["config"], folder, training, on_stage=lambda s: emit("stage", stage=s))
             load_peak = mx.get_peak_memory()
@@ -114,7 +116,10 @@ def run(request: dict) -> None:
             emit("stage", stage="training steps")
             step_now = 1
             tic = time.perf_counter()
-            records = run_steps(model, training, batches(dataset, training), request["max_steps"], on_step=on_step)
+            records = run_steps(
+                model, training, batches(dataset, training), request["max_steps"],
+                min_steps=request.get("min_steps") or MIN_STEPS, on_step=on_step,
+            )
             seconds = time.perf_counter() - tic
             steps_peak = max(r.peak_bytes for r in records)
             ranks = gather_ranks([steps_peak, max(load_peak, steps_peak), rss.high_water()])
@@ -125,7 +130,7 @@ def run(request: dict) -> None:
                     "ranks": ranks,
                     "peak_bytes": steps_peak,
                     "peak_with_load_bytes": max(load_peak, steps_peak),
-                    "cache_bytes": mx.get_cache_memory(),
+                    "cache_bytes": records[-1].cache_bytes,
                     "process_peak_bytes": rss.high_water(),
                     "steps": len(records),
                     "seconds": seconds,
