@@ -199,3 +199,73 @@ def test_the_update_phase_of_a_wide_full_fine_tune(tmp_path, optimizer):
     assert predicted.features["phase"] == "update"
     assert predicted.peak_bytes == pytest.approx(measured.peak_with_load_bytes, rel=0.10)
 
+
+# --- quantized bases, as mlx_lm.convert -q writes them and load_model loads them
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory, tokenizer_folder):
+    """A tiny tied Qwen3 with random float32 weights, converted by mlx_lm.convert -q
+    (4 bits, group 64: float32 scales and biases, as the config's dtype)."""
+    import shutil
+
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.convert import convert
+
+    from mlxfit.build import random_model
+
+    root = tmp_path_factory.mktemp("convert")
+    config = dict(TINY["qwen3"], hidden_size=128, intermediate_size=256, num_hidden_layers=4, vocab_size=1024,
+                  tie_word_embeddings=True, torch_dtype="float32")
+    source = root / "float"
+    shutil.copytree(tokenizer_folder, source)
+    (source / "config.json").write_text(json.dumps(config))
+    mx.save_safetensors(str(source / "model.safetensors"), dict(tree_flatten(random_model(config).parameters())))
+    convert(str(source), mlx_path=str(root / "q4"), quantize=True)
+    only_config = root / "q4-config-only"
+    only_config.mkdir()
+    shutil.copy(root / "q4" / "config.json", only_config / "config.json")
+    return {"float": source, "q4": root / "q4", "config_only": only_config, "config": config}
+
+
+def _arrays(model):
+    from mlx.utils import tree_flatten
+
+    return {name: (tuple(p.shape), str(p.dtype)) for name, p in tree_flatten(model.parameters())}
+
+
+def test_a_quantized_config_builds_what_load_model_loads(converted):
+    """Issue 12 item 5: a config.json with convert's `quantization` block and no
+    weights was built with float weights (133.6 MB measured against mlx-lm's 106.3 MB)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.utils import load_model
+
+    from mlxfit.build import quantize, random_model
+
+    loaded, config = load_model(converted["q4"], lazy=True)
+    assert config["quantization"]["bits"] == 4 and config["quantization"]["group_size"] == 64
+    mx.eval(loaded.parameters())
+    mx.reset_peak_memory()
+    before = mx.get_active_memory()
+    built = random_model(json.loads((converted["config_only"] / "config.json").read_text()))
+    mx.eval(built.parameters())
+    assert _arrays(built) == _arrays(loaded)
+    held = sum(p.nbytes for _, p in tree_flatten(built.parameters()))
+    # The float weights are never computed: building holds what loading holds.
+    assert mx.get_peak_memory() - before <= held * 1.01
+    # --method qlora on the float config quantizes to the same arrays.
+    requantized = quantize(random_model(converted["config"]), converted["config"], TrainingConfig(quantize=True), random=True)
+    assert _arrays(requantized) == _arrays(loaded)
+
+
+def test_a_quantized_config_measures_as_mlx_lm_trains_the_converted_model(tmp_path, converted):
+    """The peak of a config-only 4-bit model against mlx-lm's trainer on the
+    converted checkpoint, loaded by mlx-lm's load_model (tests/trainer_reference.py)."""
+    training = TrainingConfig(num_layers=-1, batch_size=2, max_seq_length=128, quantize=True)
+    request = request_for(from_folder(converted["config_only"]), training, max_steps=EXACT_STEPS,
+                          min_steps=EXACT_STEPS, synchronous=True)
+    measured = measure(request, timeout=300)
+    reference = trainer_peaks(dict(request, folder=str(converted["q4"])))
+    assert measured.peak_with_load_bytes == pytest.approx(reference[-1], rel=0.02)
