@@ -433,9 +433,11 @@ def run_sweep(
             else:
                 row = measurement_row(model.id, p, usable_bytes, m, wall)
                 if record and model.architecture is not None:
+                    from .calibration import architecture_key
                     from .calibration import record as store
 
-                    store(model.id, p.training.to_dict(), m.backend, p.raw_predicted_bytes, m.to_dict())
+                    store(model.id, p.training.to_dict(), m.backend, p.raw_predicted_bytes, m.to_dict(),
+                          architecture=architecture_key(model))
         on_event({"event": "row", "index": index, "total": len(todo), "row": row})
         yield row, True
 

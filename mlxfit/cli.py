@@ -130,7 +130,7 @@ def probe(model_spec, config_path, data, method, skip_bad_lines, trust_remote_co
         stats = read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet=json_)
     machine = get_machine(memory, gpu_memory, reserve)
     length = stats.worst_batch_tokens if stats else None
-    plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend), length=length)
+    plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend, model, training), length=length)
     advice = gather_advice(plan, stats, machine, backend)
     comparison = None
     if do_measure:
@@ -211,9 +211,10 @@ def run_measurement(plan, force, timeout, steps, quiet):
     with render.measure_progress(quiet=quiet) as on_event:
         measurement = measure(request, timeout=timeout, on_event=on_event)
     if plan.model.architecture is not None:
-        from .calibration import record
+        from .calibration import architecture_key, record
 
-        record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict())
+        record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict(),
+               architecture=architecture_key(plan.model))
     return Comparison(measurement, predicted, usable)
 
 

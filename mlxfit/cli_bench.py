@@ -98,7 +98,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         backend = local  # the prediction is judged against a measurement made here
     else:
         backend = backend or machine.backend
-    calibration = local_calibration(machine, backend)
+    calibration = local_calibration(machine, backend, model)
     base = TrainingConfig(optimizer=optimizer, bits=bits, group_size=group_size)
     trainings = lib.combinations(model, base, sweeps)
 
