@@ -31,7 +31,19 @@ DEFAULT_MAX_STEPS = 6
 
 
 class MeasurementFailed(MlxfitError):
-    """The run died; the message says where and after how much memory."""
+    """The run died; the message says where and after how much memory.
+
+    `kind`: "timeout" (stopped by --timeout: whether it fits is unknown),
+    "interrupted" (Ctrl-C), or "died" (out of memory, a crash, bad input)."""
+
+    def __init__(self, message: str, kind: str = "died"):
+        super().__init__(message)
+        self.kind = kind
+
+    @property
+    def unknown(self) -> bool:
+        """Nothing was learnt about whether the run fits."""
+        return self.kind in ("timeout", "interrupted")
 
 
 @dataclass(frozen=True)
@@ -171,7 +183,8 @@ def measure(
                     raise MeasurementFailed(
                         f"measurement timed out after {timeout:g} s at step {last['step']} "
                         f"(peak so far {format_gb(max(last['peak_bytes'], watch.peak), 2)}); "
-                        "raise --timeout or shrink the run"
+                        "raise --timeout or shrink the run",
+                        kind="timeout",
                     )
                 try:
                     line = events.get(timeout=0.05)
@@ -189,7 +202,9 @@ def measure(
                     result = event
         except KeyboardInterrupt:
             _stop(child)
-            raise MeasurementFailed(f"interrupted at step {last['step']}; the measuring process was stopped") from None
+            raise MeasurementFailed(
+                f"interrupted at step {last['step']}; the measuring process was stopped", kind="interrupted"
+            ) from None
         child.wait()
 
     if result is not None and result["event"] == "done":

@@ -125,8 +125,9 @@ def test_out_of_memory_is_reported_not_raised(tmp_path):
 
 
 def test_timeout(tmp_path):
-    with pytest.raises(MeasurementFailed, match="timed out after 0.5 s"):
+    with pytest.raises(MeasurementFailed, match="timed out after 0.5 s") as failure:
         measure(small_request(tmp_path), timeout=0.5)
+    assert failure.value.kind == "timeout" and failure.value.unknown  # bench: "unknown", not "does not fit"
 
 
 def test_bare_size_cannot_be_measured():
