@@ -86,6 +86,15 @@ def test_measurement_fields_and_stable_peak(tmp_path):
     assert m.cache_bytes >= 0
 
 
+def test_the_measuring_process_never_imports_transformers(tmp_path):
+    """Issue 12 item 6: it synthesizes token ids, so it needs no tokenizer; mlx-lm's
+    module-level transformers imports are served by a stub (mlxfit/child.py)."""
+    events = []
+    measure(small_request(tmp_path, max_steps=3, fine_tune_type="dora", quantize=True), timeout=300, on_event=events.append)
+    done = next(e for e in events if e["event"] == "done")
+    assert done["transformers_imported"] is False
+
+
 def test_optimizer_state_appears_at_the_first_update(tmp_path):
     """Step 1 creates Adam's moments: its peak is below step 2's for full fine-tuning."""
     m = measure(small_request(tmp_path, fine_tune_type="full"), timeout=300)
