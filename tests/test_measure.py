@@ -279,3 +279,25 @@ def test_a_quantized_config_measures_as_mlx_lm_trains_the_converted_model(tmp_pa
     measured = measure(request, timeout=300)
     reference = trainer_peaks(dict(request, folder=str(converted["q4"])))
     assert measured.peak_with_load_bytes == pytest.approx(reference[-1], rel=0.02)
+
+
+# --- the mlx and mlx-lm facts the comparisons above rest on
+
+
+def test_the_trainer_clears_the_allocator_cache_after_every_step():
+    from mlx_lm.tuner.trainer import TrainingArgs
+
+    from mlxfit.steps import CLEAR_CACHE_THRESHOLD
+
+    assert TrainingArgs().clear_cache_threshold == CLEAR_CACHE_THRESHOLD == 0
+
+
+def test_the_cpu_backend_queues_kernels_in_tasks_of_ten():
+    """steps.evaluate_synchronously: with a memory limit of 0 the main thread waits
+    for the worker at every task, so at most one task of kernels runs ahead."""
+    import mlx.core as mx
+
+    header = Path(mx.__file__).parent / "include" / "mlx" / "backend" / "cpu" / "encoder.h"
+    if not header.exists():
+        pytest.skip("this mlx install ships no headers")
+    assert "constexpr int DISPATCHES_PER_TASK = 10;" in header.read_text()
