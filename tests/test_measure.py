@@ -301,3 +301,15 @@ def test_the_cpu_backend_queues_kernels_in_tasks_of_ten():
     if not header.exists():
         pytest.skip("this mlx install ships no headers")
     assert "constexpr int DISPATCHES_PER_TASK = 10;" in header.read_text()
+
+
+def test_the_child_imports_the_mlxfit_that_spawned_it(tmp_path):
+    """It runs in a temporary directory: another mlxfit on the path (an editable
+    install of another checkout) must not be the one that measures."""
+    import mlxfit
+    from mlxfit.measure import child_environment
+
+    env = dict(child_environment())
+    out = subprocess.run([sys.executable, "-c", "import mlxfit; print(mlxfit.__file__)"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(out).resolve() == Path(mlxfit.__file__).resolve()
