@@ -260,14 +260,17 @@ def test_a_quantized_config_builds_what_load_model_loads(converted):
     loaded, config = load_model(converted["q4"], lazy=True)
     assert config["quantization"]["bits"] == 4 and config["quantization"]["group_size"] == 64
     mx.eval(loaded.parameters())
+    mx.clear_cache()  # a buffer reused from the cache may be a page larger than asked, and counts so
     mx.reset_peak_memory()
     before = mx.get_active_memory()
     built = random_model(json.loads((converted["config_only"] / "config.json").read_text()))
     mx.eval(built.parameters())
     assert _arrays(built) == _arrays(loaded)
     held = sum(p.nbytes for _, p in tree_flatten(built.parameters()))
-    # The float weights are never computed: building holds what loading holds.
-    assert mx.get_peak_memory() - before <= held * 1.01
+    # The float weights are never computed: building holds what loading holds, give
+    # or take the pages of buffers reused from the allocator cache (4.9 KB once in
+    # the whole suite); float32 weights would be 4x as much.
+    assert mx.get_peak_memory() - before <= held * 1.25
     # --method qlora on the float config quantizes to the same arrays.
     requantized = quantize(random_model(converted["config"]), converted["config"], TrainingConfig(quantize=True), random=True)
     assert _arrays(requantized) == _arrays(loaded)
