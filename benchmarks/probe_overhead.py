@@ -113,7 +113,8 @@ CPU_SECONDS: list[float] = []  # CPU time (user + system) of the last timed() co
 def timed(cmd: list[str], env: dict, stdin: str | None = None) -> tuple[float, str]:
     """Wall seconds and stdout; the CPU seconds it and every process it waited for
     used go to CPU_SECONDS. On a shared machine the wall moves with the others'
-    load (17.8-31.3 s for one side in three runs); the CPU time much less."""
+    load (17.8-31.3 s for one side in three runs, against 10.3-10.7 s on a quiet
+    one); the CPU time less so."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     tic = time.perf_counter()
     done = subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env, cwd=ROOT)
