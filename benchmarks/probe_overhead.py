@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -106,10 +107,20 @@ def environment(cache: Path) -> dict:
     return dict(os.environ, MLXFIT_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
 
 
+CPU_SECONDS: list[float] = []  # CPU time (user + system) of the last timed() command and its children
+
+
 def timed(cmd: list[str], env: dict, stdin: str | None = None) -> tuple[float, str]:
+    """Wall seconds and stdout; the CPU seconds it and every process it waited for
+    used go to CPU_SECONDS. On a shared machine the wall moves with the others'
+    load (17.8-31.3 s for one side in three runs, against 10.3-10.7 s on a quiet
+    one); the CPU time less so."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     tic = time.perf_counter()
     done = subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env, cwd=ROOT)
     seconds = time.perf_counter() - tic
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU_SECONDS.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:4])} ... failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return seconds, done.stdout
@@ -121,10 +132,11 @@ def probe_vs_bare(folder: Path, config: dict, args, env: dict) -> dict:
         "--num-layers", "-1", "--batch-size", str(args.batch_size), "--max-seq-length", str(args.length),
         "--steps", str(args.steps),
     ]
-    probe_seconds, bare_seconds, inside = [], [], []
+    probe_seconds, bare_seconds, inside, probe_cpu, bare_cpu = [], [], [], [], []
     steps = None
     for _ in range(args.repeat):
         seconds, out = timed(probe_cmd, env)
+        probe_cpu.append(CPU_SECONDS[-1])
         measured = json.loads(out)["measured"]
         steps = measured["steps"]  # probe stops once the peak holds: the bare run takes as many
         probe_seconds.append(seconds)
@@ -134,6 +146,7 @@ def probe_vs_bare(folder: Path, config: dict, args, env: dict) -> dict:
             "training": {"num_layers": -1, "batch_size": args.batch_size, "max_seq_length": args.length},
         }
         seconds, _ = timed([sys.executable, "-c", BARE], env, stdin=json.dumps(request))
+        bare_cpu.append(CPU_SECONDS[-1])
         bare_seconds.append(seconds)
     probe, bare = statistics.median(probe_seconds), statistics.median(bare_seconds)
     return {
@@ -143,6 +156,11 @@ def probe_vs_bare(folder: Path, config: dict, args, env: dict) -> dict:
         "probe_median_s": round(probe, 3),
         "bare_median_s": round(bare, 3),
         "ratio": round(probe / bare, 3),
+        "probe_cpu_seconds": probe_cpu,
+        "bare_cpu_seconds": bare_cpu,
+        "probe_cpu_median_s": round(statistics.median(probe_cpu), 3),
+        "bare_cpu_median_s": round(statistics.median(bare_cpu), 3),
+        "cpu_ratio": round(statistics.median(probe_cpu) / statistics.median(bare_cpu), 3),
         "inside_probe": inside,
     }
 
@@ -177,10 +195,12 @@ def markdown(result: dict) -> str:
         f"vocab {result['model']['vocab_size']}, {result['model']['torch_dtype']}); batch {result['batch_size']} x "
         f"{result['length']} tokens, {o['steps']} steps; medians of {result['repeat']} runs.",
         "",
-        "| | median wall time | ratio |",
-        "|---|---|---|",
-        f"| `mlxfit probe --measure` (subprocess) | {o['probe_median_s']:.2f} s | {o['ratio']:.2f}x |",
-        f"| build + `mlx_lm.tuner.trainer.train` (subprocess) | {o['bare_median_s']:.2f} s | 1.00x |",
+        "| | median wall time (range) | ratio | median CPU time | ratio |",
+        "|---|---|---|---|---|",
+        f"| `mlxfit probe --measure` (subprocess) | {o['probe_median_s']:.2f} s ({min(o['probe_seconds']):.1f}-{max(o['probe_seconds']):.1f}) "
+        f"| {o['ratio']:.2f}x | {o['probe_cpu_median_s']:.2f} s | {o['cpu_ratio']:.2f}x |",
+        f"| build + `mlx_lm.tuner.trainer.train` (subprocess) | {o['bare_median_s']:.2f} s ({min(o['bare_seconds']):.1f}-{max(o['bare_seconds']):.1f}) "
+        f"| 1.00x | {o['bare_cpu_median_s']:.2f} s | 1.00x |",
         "",
         f"| weights ({b['weights_bytes'] / 1e6:.0f} MB) | median | ratio |",
         "|---|---|---|",

@@ -47,7 +47,10 @@ RESULT_COLUMNS = (
 COLUMNS = CONFIG_COLUMNS + RESULT_COLUMNS
 
 MEASURED, FAILED, SKIPPED, ESTIMATED = "measured", "failed", "skipped", "estimated"
-FINAL = (MEASURED, FAILED)  # a stored row with one of these is never run again
+UNKNOWN = "unknown"  # the measurement timed out: neither fits nor does not fit
+FINAL = (MEASURED, FAILED)  # a stored row with one of these is never run again (an unknown one is)
+# Exit status of a sweep or --max with a timed-out measurement whose answer is unknown.
+EXIT_UNKNOWN = 3
 
 # --max: search units and how far the doubling may go before giving up.
 SEARCH_UNITS = {"batch_size": 1, "max_seq_length": 32}
@@ -428,14 +431,17 @@ def run_sweep(
             walls.append(wall)
             to_measure -= 1
             if m is None:
-                row = Row(model.id, p.training, FAILED, backend, p.predicted_bytes, usable_bytes,
-                          wall_seconds=round(wall, 2), reason=failure)
+                status = UNKNOWN if failure.unknown else FAILED
+                row = Row(model.id, p.training, status, backend, p.predicted_bytes, usable_bytes,
+                          wall_seconds=round(wall, 2), reason=str(failure))
             else:
                 row = measurement_row(model.id, p, usable_bytes, m, wall)
                 if record and model.architecture is not None:
+                    from .calibration import architecture_key
                     from .calibration import record as store
 
-                    store(model.id, p.training.to_dict(), m.backend, p.raw_predicted_bytes, m.to_dict())
+                    store(model.id, p.training.to_dict(), m.backend, p.raw_predicted_bytes, m.to_dict(),
+                          architecture=architecture_key(model))
         on_event({"event": "row", "index": index, "total": len(todo), "row": row})
         yield row, True
 
@@ -471,7 +477,7 @@ class SearchRun:
 
     value: int
     predicted_bytes: int
-    fits: bool
+    fits: bool | None  # None: unknown (the measurement timed out)
     measured_peak_bytes: int | None = None
     process_peak_bytes: int | None = None
     tokens_per_second: float | None = None
@@ -501,6 +507,11 @@ class MaxResult:
     runs: tuple[SearchRun, ...] = field(default=())
 
     @property
+    def unknown(self) -> bool:
+        """A timed-out run left the limit unknown: the answer is a lower bound."""
+        return any(r.fits is None for r in self.runs) and not self.settled
+
+    @property
     def answer_run(self) -> SearchRun | None:
         return next((r for r in self.runs if r.value == self.value and r.fits), None)
 
@@ -511,6 +522,7 @@ class MaxResult:
             "value": self.value,
             "measured": self.measured,
             "settled": self.settled,
+            "unknown": self.unknown,
             "measured_peak_bytes": run.measured_peak_bytes if run else None,
             "measured_runs": len(self.runs),
             "estimate_value": self.estimate_value,
@@ -599,8 +611,14 @@ def find_max(
         on_event({"event": "search", "value": candidate, "run": len(runs) + 1, "predicted_bytes": predicted(candidate)})
         request = measuring.request_for(model, with_value(candidate), max_steps=steps)
         m, failure = measure_once(request, timeout, on_event)
+        if m is None and failure.unknown:
+            # Timed out: whether it fits is unknown, so it bounds nothing. Stop
+            # here: the answer is the largest value measured to fit, unsettled.
+            runs.append(SearchRun(candidate, predicted(candidate), None, reason=str(failure)))
+            on_event({"event": "search_run", "run": runs[-1]})
+            break
         if m is None:
-            run = SearchRun(candidate, predicted(candidate), False, reason=failure)
+            run = SearchRun(candidate, predicted(candidate), False, reason=str(failure))
         else:
             peak = m.peak_with_load_bytes
             run = SearchRun(candidate, predicted(candidate), peak <= target, peak, m.process_peak_bytes,
@@ -634,12 +652,13 @@ def find_max(
 
 
 def measure_once(request: dict, timeout, on_event):
-    """(Measurement, None), or (None, why) for a run that died; a Ctrl-C that
-    stopped the child is raised again as KeyboardInterrupt, not recorded as a failure."""
+    """(Measurement, None), or (None, the MeasurementFailed) for a run that died or
+    timed out; a Ctrl-C that stopped the child is raised again as
+    KeyboardInterrupt, not recorded as a failure."""
     with InterruptWatch() as watch:
         try:
             return measuring.measure(request, timeout=timeout, on_event=on_event), None
         except measuring.MeasurementFailed as e:
             if watch.seen:
                 raise KeyboardInterrupt from None
-            return None, str(e)
+            return None, e

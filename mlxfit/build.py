@@ -29,18 +29,24 @@ def has_weights(folder: Path | None) -> bool:
     return folder is not None and folder.is_dir() and bool(glob.glob(str(folder / "model*.safetensors")))
 
 
+def _random_values(shape, dtype, scale):
+    if mx.issubdtype(dtype, mx.integer):  # packed quantized weights: any bits will do
+        return mx.random.randint(0, 1 << min(31, 8 * dtype.size - 1), shape, dtype=dtype)
+    return mx.random.uniform(-scale, scale, shape, dtype=dtype)
+
+
 def _random_fill(shape, dtype, scale=0.02):
     """Random rows, repeated: a block of whole rows that divides the row count, so
     the result is one exact-size array (a sliced-off tail would keep its buffer)."""
     n = math.prod(shape)
     if n <= _FILL_PERIOD:
-        return mx.random.uniform(-scale, scale, shape, dtype=dtype)
+        return _random_values(shape, dtype, scale)
     cols = shape[-1]
     rows = n // cols
     block = max(1, min(rows, _FILL_PERIOD // cols))
     while rows % block:
         block -= 1
-    tile = mx.random.uniform(-scale, scale, (1, block, cols), dtype=dtype)
+    tile = _random_values((1, block, cols), dtype, scale)
     return mx.broadcast_to(tile, (rows // block, block, cols)).reshape(shape)
 
 
@@ -73,7 +79,51 @@ def random_model(config: dict, dtype: mx.Dtype | None = None) -> nn.Module:
         for name, p in tree_flatten(model.parameters())
     ]
     model.update(tree_unflatten(weights))
+    if config.get("quantization"):
+        _quantize_as_loaded(model, config)
     return model
+
+
+def converted_layers(model: nn.Module, config: dict):
+    """The `class_predicate` of the layers a converted checkpoint holds quantized.
+
+    mlx_lm/utils.py load_model quantizes a layer when the config names it (its own
+    settings, or False) or when the checkpoint has its `scales`; `mlx_lm.convert -q`
+    (quantize_model's wrapped_predicate) wrote scales for every layer with
+    `to_quantized` whose input width divides by the group size and that the
+    model's own `quant_predicate` accepts.
+    """
+    quantization = config["quantization"]
+    own = getattr(model, "quant_predicate", None)
+
+    def predicate(path, module):
+        if path in quantization:
+            return quantization[path]
+        if not hasattr(module, "to_quantized") or module.weight.shape[-1] % quantization["group_size"]:
+            return False
+        return own(path, module) if own is not None else True
+
+    return predicate
+
+
+def _quantize_as_loaded(model: nn.Module, config: dict) -> None:
+    """A config with a `quantization` block and no weights: the layers load_model
+    would quantize, with random packed weights, scales and biases."""
+    q = config["quantization"]
+    nn.quantize(model, q["group_size"], q["bits"], mode=q.get("mode", "affine"), class_predicate=converted_layers(model, config))
+    _randomize_quantized(model)
+
+
+def _randomize_quantized(model: nn.Module) -> None:
+    """Replace the quantized layers' lazy mx.quantize of random float weights by
+    random arrays of the same shapes and dtypes: the float weights are then never
+    computed, and the model holds what a loaded checkpoint holds, no more."""
+    for _, module in model.named_modules():
+        if "scales" not in module:
+            continue
+        for key, value in list(module.items()):
+            if isinstance(value, mx.array):
+                setattr(module, key, _random_fill(value.shape, value.dtype))
 
 
 def load_weights_model(folder: Path) -> nn.Module:
@@ -83,11 +133,14 @@ def load_weights_model(folder: Path) -> nn.Module:
     return model
 
 
-def quantize(model: nn.Module, config: dict, training: TrainingConfig) -> nn.Module:
-    """As `mlx_lm.convert -q` does (mlx_lm/utils.py: quantize_model)."""
+def quantize(model: nn.Module, config: dict, training: TrainingConfig, random: bool = False) -> nn.Module:
+    """As `mlx_lm.convert -q` does (mlx_lm/utils.py: quantize_model). With `random`,
+    the quantized arrays are drawn directly, as a converted checkpoint would load."""
     from mlx_lm.utils import quantize_model
 
     model, _ = quantize_model(model, config, group_size=training.group_size, bits=training.bits)
+    if random:
+        _randomize_quantized(model)
     return model
 
 
@@ -142,18 +195,19 @@ def build(config: dict, folder: Path | None, training: TrainingConfig, on_stage=
           blocks: int | None = None) -> nn.Module:
     """Load (real weights) or build (random weights), quantize for QLoRA, prepare.
     `blocks`: keep only the last blocks (a slice of the model)."""
-    if has_weights(folder):
+    loaded = has_weights(folder)
+    if loaded:
         on_stage("loading weights")
         model = load_weights_model(folder)
     else:
         on_stage("building random weights")
-        model = random_model(config)
+        model = random_model(config)  # quantized as loaded if the config says so
     if blocks is not None:
         keep_last_blocks(model, blocks)
     already_quantized = bool(config.get("quantization"))
     if training.quantize and not already_quantized:
         on_stage("quantizing")
-        model = quantize(model, config, training)
+        model = quantize(model, config, training, random=not loaded)
     materialize(model)
     on_stage("preparing adapters" if training.fine_tune_type != "full" else "unfreezing layers")
     prepare_for_training(model, training)

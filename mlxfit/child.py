@@ -79,6 +79,65 @@ def gather_ranks(figures: list[int]) -> list[dict]:
     ]
 
 
+class _NoTokenizer:
+    """Stands in for every transformers class in the measuring process."""
+
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("the measuring process synthesizes its batches: it has no tokenizer (transformers is not loaded)")
+
+    @classmethod
+    def register(cls, *args, **kwargs):  # tokenizer_utils calls AutoTokenizer.register at import
+        pass
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        cls()
+
+
+class _TransformersStub:
+    """An import hook serving `transformers` and its submodules as empty modules whose
+    every name is a `_NoTokenizer` subclass.
+
+    mlx-lm imports transformers at module level (mlx_lm/__init__.py imports
+    convert -> utils -> tokenizer_utils; tuner/trainer.py imports tuner/datasets.py)
+    only for tokenizers, which the child never needs: it synthesizes token ids.
+    Loading transformers costs about 1.5 s of the child's start on this machine.
+    """
+
+    def find_spec(self, name, path=None, target=None):
+        import importlib.machinery
+
+        if name == "transformers" or name.startswith("transformers."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        import types
+
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        classes: dict = {}
+
+        def __getattr__(attr):
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            if attr not in classes:
+                classes[attr] = type(attr, (_NoTokenizer,), {})
+            return classes[attr]
+
+        module.__getattr__ = __getattr__
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+def without_transformers() -> None:
+    """Serve transformers from the stub, unless something already loaded it."""
+    if "transformers" not in sys.modules:
+        sys.meta_path.insert(0, _TransformersStub())
+
+
 def run(request: dict) -> None:
     from pathlib import Path
 
@@ -91,12 +150,15 @@ def run(request: dict) -> None:
     with RssSampler() as rss:
         try:
             emit("stage", stage="importing mlx-lm")
+            without_transformers()
             import mlx.core as mx
 
             from .build import build
             from .machine import mlx_backend
-            from .steps import batches, full_length_dataset, run_steps
+            from .steps import MIN_STEPS, batches, evaluate_synchronously, full_length_dataset, run_steps
 
+            if request.get("synchronous"):
+                evaluate_synchronously()
             tic = time.perf_counter()
             model = build(request["config"], folder, training, on_stage=lambda s: emit("stage", stage=s),
                           blocks=request.get("slice_blocks"))
@@ -115,7 +177,10 @@ def run(request: dict) -> None:
             emit("stage", stage="training steps")
             step_now = 1
             tic = time.perf_counter()
-            records = run_steps(model, training, batches(dataset, training), request["max_steps"], on_step=on_step)
+            records = run_steps(
+                model, training, batches(dataset, training), request["max_steps"],
+                min_steps=request.get("min_steps") or MIN_STEPS, on_step=on_step,
+            )
             seconds = time.perf_counter() - tic
             steps_peak = max(r.peak_bytes for r in records)
             ranks = gather_ranks([steps_peak, max(load_peak, steps_peak), rss.high_water()])
@@ -126,7 +191,7 @@ def run(request: dict) -> None:
                     "ranks": ranks,
                     "peak_bytes": steps_peak,
                     "peak_with_load_bytes": max(load_peak, steps_peak),
-                    "cache_bytes": mx.get_cache_memory(),
+                    "cache_bytes": records[-1].cache_bytes,
                     "process_peak_bytes": rss.high_water(),
                     "steps": len(records),
                     "seconds": seconds,
@@ -136,6 +201,8 @@ def run(request: dict) -> None:
                     "step_seconds": [r.seconds for r in records],
                     "tokens_per_step": records[-1].tokens,
                 },
+                # the real package has a file; the stub (or nothing) has none
+                transformers_imported=getattr(sys.modules.get("transformers"), "__file__", None) is not None,
             )
         except MlxfitError as e:
             emit("error", kind="input", message=str(e), step=step_now)

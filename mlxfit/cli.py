@@ -138,7 +138,8 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     else:
         machine = get_machine(memory, gpu_memory, reserve)
     length = stats.worst_batch_tokens if stats else None
-    plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend), length=length, data=stats)
+    plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend, model, training),
+                     length=length, data=stats)
     advice = gather_advice(plan, stats, machine, backend)
     comparison = None
     if do_measure:
@@ -225,9 +226,10 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
         with render.measure_progress(quiet=quiet) as on_event:
             measurement = measure(request, timeout=timeout, on_event=on_event)
     if plan.model.architecture is not None:
-        from .calibration import record
+        from .calibration import architecture_key, record
 
-        record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict())
+        record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict(),
+               architecture=architecture_key(plan.model))
     return Comparison(measurement, predicted, usable)
 
 

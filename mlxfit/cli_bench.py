@@ -63,6 +63,9 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     increasing prediction, a few real mlx-lm steps each. --max finds the largest
     batch size or sequence length that fits instead.
 
+    Exit status 3: a measurement timed out, so whether that run fits is unknown
+    (never reported as "does not fit"); 130: interrupted.
+
     \b
     Examples:
       mlxfit bench -m Qwen/Qwen3-0.6B --batch-size 1,2,4,8 --max-seq-length 512,1024 --out r.csv --plot r.png
@@ -114,22 +117,25 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         backend = local  # the prediction is judged against a measurement made here
     else:
         backend = backend or machine.backend
-    calibration = local_calibration(machine, backend)
+    calibration = local_calibration(machine, backend, model)
     base = TrainingConfig(optimizer=optimizer, bits=bits, group_size=group_size)
     trainings = lib.combinations(model, base, sweeps)
+    notes = [render_bench.hypothetical_note(machine)] if measuring and machine.hypothetical else []
 
     if setting:
         if not json_:
-            render_bench.render_header(machine, model, trainings[0], [setting])
+            render_bench.render_header(machine, model, trainings[0], [setting], measuring=measuring)
         with render_bench.search_progress(setting, quiet=json_ or not measuring) as on_event:
             result = lib.find_max(
                 model, trainings[0], setting, machine.usable_bytes, backend, margin=margin, calibration=calibration,
                 measure_runs=measuring, timeout=timeout, steps=steps, on_event=on_event,
             )
         if json_:
-            render.print_json({"model": model.to_dict(), "machine": machine.to_dict(), "max": result.to_dict()})
+            render.print_json({"model": model.to_dict(), "machine": machine.to_dict(), "notes": notes, "max": result.to_dict()})
         else:
             render_bench.render_max(result)
+        if result.unknown:
+            ctx.exit(lib.EXIT_UNKNOWN)
         return
 
     log = lib.CsvLog(out) if out else None
@@ -141,7 +147,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     planned = lib.plan_sweep(model, trainings, machine.usable_bytes, backend, calibration, measuring, force)
     varying = [name for name, values in sweeps.items() if len(values) > 1]
     if not json_:
-        render_bench.render_header(machine, model, trainings[0], varying, out)
+        render_bench.render_header(machine, model, trainings[0], varying, out, measuring=measuring)
 
     rows, resumed, interrupted = [], 0, False
     with render_bench.sweep_progress(len(planned), varying, quiet=json_ or not measuring) as on_event:
@@ -159,6 +165,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         render.print_json({
             "model": model.to_dict(),
             "machine": machine.to_dict(),
+            "notes": notes,
             "backend": backend,
             "usable_bytes": machine.usable_bytes,
             "swept": {name: list(values) for name, values in sweeps.items() if name in varying},
@@ -175,3 +182,5 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
             render.console.print(f"Plot written to {plot}")
     if interrupted:
         ctx.exit(130)
+    if any(row.status == lib.UNKNOWN for row in rows):
+        ctx.exit(lib.EXIT_UNKNOWN)

@@ -92,10 +92,12 @@ def print_json(data: dict) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
-def local_calibration(machine, backend):
-    """Stored measurements correct estimates for this machine's own backend only."""
+def local_calibration(machine, backend, model, training=None):
+    """Stored measurements correct estimates for this machine's own backend only,
+    and only of the architecture they measured at close settings (with `training`:
+    None unless that run has a close measurement)."""
     from .calibration import calibration
 
-    if machine.hypothetical or (backend and backend != machine.backend):
+    if machine.hypothetical or (backend and backend != machine.backend) or model.architecture is None:
         return None
-    return calibration(machine.backend)
+    return calibration(machine.backend, model, training)

@@ -8,6 +8,7 @@ kill into a report. Nothing is written outside a temporary directory.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import resource
 import signal
@@ -18,6 +19,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from .errors import MlxfitError
@@ -29,7 +31,19 @@ DEFAULT_MAX_STEPS = 6
 
 
 class MeasurementFailed(MlxfitError):
-    """The run died; the message says where and after how much memory."""
+    """The run died; the message says where and after how much memory.
+
+    `kind`: "timeout" (stopped by --timeout: whether it fits is unknown),
+    "interrupted" (Ctrl-C), or "died" (out of memory, a crash, bad input)."""
+
+    def __init__(self, message: str, kind: str = "died"):
+        super().__init__(message)
+        self.kind = kind
+
+    @property
+    def unknown(self) -> bool:
+        """Nothing was learnt about whether the run fits."""
+        return self.kind in ("timeout", "interrupted")
 
 
 class MeasurementInterrupted(MeasurementFailed):
@@ -101,7 +115,18 @@ def _memory_cap(limit: int):
     return apply
 
 
-def request_for(model: ModelInfo, training: TrainingConfig, length: int | None = None, max_steps: int = DEFAULT_MAX_STEPS) -> dict:
+def request_for(
+    model: ModelInfo,
+    training: TrainingConfig,
+    length: int | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    min_steps: int | None = None,
+    synchronous: bool = False,
+) -> dict:
+    """What the child needs. `min_steps` (None: mlxfit/steps.py MIN_STEPS) with
+    `max_steps` fixes the step count; `synchronous` evaluates without running ahead
+    of the CPU worker (steps.evaluate_synchronously): a deterministic peak for
+    comparisons, not the figure an mlx-lm run reports."""
     if model.config is None:
         raise MlxfitError(
             f"{model.id} is a bare size with no architecture to build: measure a catalog id, "
@@ -115,7 +140,19 @@ def request_for(model: ModelInfo, training: TrainingConfig, length: int | None =
         "length": length or training.max_seq_length,
         "vocab_size": arch.vocab_size,
         "max_steps": max_steps,
+        "min_steps": min_steps,
+        "synchronous": synchronous,
     }
+
+
+def child_environment() -> dict:
+    """The child imports this very mlxfit (not another install of it on the path):
+    its parent folder goes first on PYTHONPATH, as the child runs in a temporary
+    directory."""
+    env = dict(os.environ)
+    here = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
+    return env
 
 
 def measure(
@@ -133,6 +170,7 @@ def measure(
             stderr=subprocess.PIPE,
             text=True,
             cwd=workdir,
+            env=child_environment(),
             start_new_session=True,  # Ctrl-C reaches us; we stop the child ourselves
             preexec_fn=_memory_cap(memory_cap) if memory_cap else None,
         )
@@ -155,7 +193,8 @@ def measure(
                     raise MeasurementFailed(
                         f"measurement timed out after {timeout:g} s at step {last['step']} "
                         f"(peak so far {format_gb(max(last['peak_bytes'], watch.peak), 2)}); "
-                        "raise --timeout or shrink the run"
+                        "raise --timeout or shrink the run",
+                        kind="timeout",
                     )
                 try:
                     line = events.get(timeout=0.05)
@@ -173,7 +212,9 @@ def measure(
                     result = event
         except KeyboardInterrupt:
             _stop(child)
-            raise MeasurementInterrupted(f"interrupted at step {last['step']}; the measuring process was stopped") from None
+            raise MeasurementInterrupted(
+                f"interrupted at step {last['step']}; the measuring process was stopped", kind="interrupted"
+            ) from None
         child.wait()
 
     if result is not None and result["event"] == "done":

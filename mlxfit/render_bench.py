@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-from .bench import ESTIMATED, FAILED, MEASURED, SKIPPED, MaxResult, Row
+from .bench import ESTIMATED, FAILED, MEASURED, SKIPPED, UNKNOWN, MaxResult, Row
 from .errors import MlxfitError
 from .plan import verdict
 from .render import VERDICT_STYLE, console, err_console, machine_line, print_warnings
@@ -32,6 +32,20 @@ SETTING_COLUMNS = {
 
 
 UNITS_NOTE = "MB = 10^6 bytes, GB = 10^9 bytes."
+UNKNOWN_STYLE = "bold yellow"
+
+
+def run_word(fits: bool | None) -> Text:
+    """A measured run's result: fits, does not fit, or unknown (it timed out)."""
+    if fits is None:
+        return Text("unknown", style=UNKNOWN_STYLE)
+    word = "fits" if fits else "does not fit"
+    return Text(word, style=VERDICT_STYLE[word])
+
+
+def step_line(run: str, event: dict) -> str:
+    """One plain line per step, for a log: stderr is not a terminal, so no live bar shows."""
+    return f"  {run} · step {event['step']}: peak {format_size(event['peak_bytes'])} in {event['seconds']:.2f} s"
 
 
 def size(n_bytes: int | None) -> str:
@@ -91,6 +105,9 @@ def row_line(row: Row, name: str) -> Text:
     elif row.status == FAILED:
         text.append("failed", style="bold red")
         text.append(f": {row.reason}")
+    elif row.status == UNKNOWN:
+        text.append("unknown", style=UNKNOWN_STYLE)
+        text.append(f": {row.reason}")
     elif row.status == SKIPPED:
         text.append("skipped", style="yellow")
         text.append(f": {row.reason}")
@@ -132,6 +149,8 @@ def sweep_progress(total: int, varying: list[str], quiet: bool = False):
                 show(event["stage"])
             elif kind == "step":
                 show(f"step {event['step']}")
+                if not err_console.is_terminal:
+                    progress.console.print(step_line(state["run"], event))
             elif kind == "resumed":
                 progress.advance(task)
             elif kind == "row":
@@ -162,18 +181,19 @@ def search_progress(setting: str, quiet: bool = False):
                 progress.update(task, description=f"{state['run']} · {event['stage']}")
             elif kind == "step":
                 progress.update(task, description=f"{state['run']} · step {event['step']}")
+                if not err_console.is_terminal:
+                    progress.console.print(step_line(state["run"], event))
             elif kind == "search_run":
                 run = event["run"]
-                word = "fits" if run.fits else "does not fit"
                 line = Text(f"  {SETTING_WORDS[setting]} {run.value}: ")
                 line.append(f"measured {size(run.measured_peak_bytes)} " if run.measured_peak_bytes else f"{run.reason} ")
-                line.append(word, style=VERDICT_STYLE[word])
+                line.append(run_word(run.fits))
                 progress.console.print(line)
 
         yield on_event
 
 
-def render_header(machine, model, training, varying: list[str], out=None) -> None:
+def render_header(machine, model, training, varying: list[str], out=None, measuring: bool = False) -> None:
     """The machine, the model, and the settings that stay the same in every run."""
     fixed = [f"{SETTING_COLUMNS[name][0]} {SETTING_COLUMNS[name][1](training)}" for name in SETTING_COLUMNS if name not in varying]
     fixed.append(f"optimizer {training.optimizer}")
@@ -184,7 +204,14 @@ def render_header(machine, model, training, varying: list[str], out=None) -> Non
     console.print(f"[bold]Fixed[/]    {' · '.join(fixed)}")
     if out:
         console.print(f"[bold]Results[/]  {out}")
+    if measuring and machine.hypothetical:
+        console.print(f"[bold yellow]Note[/]     {hypothetical_note(machine)}")
     print_warnings(machine)
+
+
+def hypothetical_note(machine) -> str:
+    return (f"the runs are measured on this machine, with its own backend and memory, and judged against the "
+            f"hypothetical budget of {size(machine.usable_bytes)}: a measured peak is this machine's, not that one's")
 
 
 def number(n_bytes: int | None, unit: tuple[str, int, int]) -> str:
@@ -201,7 +228,7 @@ def row_verdict(row: Row) -> Text:
     if row.status == ESTIMATED:  # an estimate's verdict respects its range (mlxfit/uncertainty.py)
         word = range_verdict(*predicted_range(row.predicted_bytes, row.backend), row.usable_bytes)
         return Text(f"{word} (estimate)", style=VERDICT_STYLE[word])
-    return Text(row.status, style={FAILED: "bold red", SKIPPED: "yellow"}.get(row.status, ""))
+    return Text(row.status, style={FAILED: "bold red", SKIPPED: "yellow", UNKNOWN: UNKNOWN_STYLE}.get(row.status, ""))
 
 
 def render_sweep(rows: list[Row], varying: list[str], usable_bytes: int, interrupted: bool = False, total: int | None = None) -> None:
@@ -243,7 +270,14 @@ def render_sweep(rows: list[Row], varying: list[str], usable_bytes: int, interru
 def render_max(result: MaxResult) -> None:
     words = SETTING_WORDS[result.setting]
     limit = f"{size(result.target_bytes)} (the {size(result.usable_bytes)} budget less a {result.margin:.0%} margin)"
-    if result.value is None:
+    timed_out = next((r for r in result.runs if r.fits is None), None)
+    if result.unknown and result.value is None:
+        console.print(f"[{UNKNOWN_STYLE}]Unknown[/]: the measurement of {words} {timed_out.value} timed out before it "
+                      f"could tell whether it fits {limit}; raise --timeout or --estimate-only.")
+    elif result.unknown:
+        console.print(f"[bold]Largest {words} measured to fit[/] {limit}: [bold green]at least {result.value}[/]; "
+                      f"{words} {timed_out.value} timed out, so larger values are unknown.")
+    elif result.value is None:
         how = "when measured" if result.measured else "by the estimate"
         console.print(f"[bold red]No {words} fits[/] {limit} {how}.")
     else:
@@ -255,16 +289,15 @@ def render_max(result: MaxResult) -> None:
                           f"{run.tokens_per_second:,.0f} tok/s)")
         console.print(f"  {len(result.runs)} measured run{'s' if len(result.runs) != 1 else ''}; "
                       f"the estimate alone said {result.estimate_value} ({size(result.estimate_bytes)})")
-        if not result.settled:
+        if not result.settled and not result.unknown:
             console.print(f"  [yellow]stopped after {len(result.runs)} runs before the limit was pinned down:[/] "
                           f"{result.value} fits, larger values were not all tried")
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
         for title in ("run", words, "predicted", "measured", "result"):
             table.add_column(title, justify="right" if title != "result" else "left")
         for i, r in enumerate(result.runs, 1):
-            word = "fits" if r.fits else "does not fit"
             table.add_row(str(i), str(r.value), size(r.predicted_bytes), size(r.measured_peak_bytes) or r.reason,
-                          Text(word, style=VERDICT_STYLE[word]))
+                          run_word(r.fits))
         console.print(table)
     elif result.value is not None:
         console.print(f"  predicted peak {size(result.estimate_bytes)} (estimate only)")
@@ -306,9 +339,10 @@ def plot_sweep(rows: list[Row], varying: list[str], usable_bytes: int, path, tit
     if any(r.process_peak_bytes for r in rows):
         memory_ax.plot(x, process, "^:", color="tab:gray", alpha=0.7, label="process peak")
     for i, r in enumerate(rows):
-        if r.status in (FAILED, SKIPPED):
+        if r.status in (FAILED, SKIPPED, UNKNOWN):
+            color = {FAILED: "tab:red", SKIPPED: "tab:olive", UNKNOWN: "tab:orange"}[r.status]
             memory_ax.annotate(r.status, (i, predicted[i]), textcoords="offset points", xytext=(0, 8),
-                               ha="center", fontsize=8, color="tab:red" if r.status == FAILED else "tab:olive")
+                               ha="center", fontsize=8, color=color)
     top = max([v for v in predicted + measured + process if v and v == v] or [budget])
     log = budget > 4 * top
     if log:

@@ -4,7 +4,8 @@ mlx_lm/tuner/trainer.py `train` has no reusable step: its loop also validates,
 reports and saves adapters. This mirrors the part that decides memory: gradient
 checkpointing on the block class, `nn.value_and_grad` over mlx-lm's
 `default_loss`, the compiled step over model/optimizer/random state, the
-optimizer update, and `mx.eval(state, ...)` after each step. Batches come from
+optimizer update, `mx.eval(state, ...)` after each step and the allocator cache
+cleared after it. Batches come from
 mlx-lm's own `iterate_batches`. tests/test_measure.py checks the peak against the
 real trainer.
 """
@@ -26,6 +27,8 @@ from mlx.utils import tree_map
 from .training import TrainingConfig
 
 LEARNING_RATE = 1e-5  # mlx_lm/lora.py CONFIG_DEFAULTS["learning_rate"]
+MIN_STEPS = 3  # the optimizer state appears at the first update; the peak settles after it
+CLEAR_CACHE_THRESHOLD = 0  # mlx_lm/tuner/trainer.py TrainingArgs.clear_cache_threshold
 
 
 def make_optimizer(name: str) -> optim.Optimizer:
@@ -65,6 +68,7 @@ class StepRecord:
     active_bytes: int
     seconds: float
     tokens: int
+    cache_bytes: int = 0  # the largest allocator cache seen after a step, before it was cleared
 
 
 def run_steps(
@@ -72,7 +76,7 @@ def run_steps(
     training: TrainingConfig,
     batch_iter,
     max_steps: int,
-    min_steps: int = 3,
+    min_steps: int = MIN_STEPS,
     on_step: Callable[[StepRecord], None] = lambda r: None,
     stable_within: float = 0.001,
 ) -> list[StepRecord]:
@@ -105,6 +109,7 @@ def run_steps(
 
     model.train()
     records: list[StepRecord] = []
+    cache_bytes = 0
     grad_accum = None
     # Every optimizer update must be seen: the optimizer state appears at the first.
     min_steps = max(min_steps, grad_accum_steps + 1)
@@ -112,12 +117,18 @@ def run_steps(
         tic = time.perf_counter()
         lvalue, toks, grad_accum = step(batch, grad_accum, it % grad_accum_steps == 0)
         mx.eval(state, lvalue, toks, grad_accum)
+        cache_bytes = max(cache_bytes, mx.get_cache_memory())
+        # The trainer's _clear_cache(args.clear_cache_threshold), default 0: the
+        # allocator cache is emptied after every step, so each step allocates afresh.
+        if mx.get_cache_memory() > CLEAR_CACHE_THRESHOLD:
+            mx.clear_cache()
         record = StepRecord(
             step=it,
             peak_bytes=mx.get_peak_memory(),
             active_bytes=mx.get_active_memory(),
             seconds=time.perf_counter() - tic,
             tokens=int(toks.item()),
+            cache_bytes=cache_bytes,
         )
         records.append(record)
         on_step(record)
@@ -125,6 +136,25 @@ def run_steps(
         if _all_agree(stable):
             break
     return records
+
+
+def evaluate_synchronously() -> None:
+    """Make every later `mx.eval` wait for the CPU worker, so a peak is the graph's
+    own and not the scheduler's.
+
+    On the CPU backend `mx.eval` runs ahead of the computation: the main thread
+    allocates each op's outputs and hands the kernel to the stream's worker thread
+    (mlx/backend/cpu/eval.cpp), which releases the op's inputs only when it runs.
+    The main thread waits only once more than MAX_ACTIVE_TASKS (10) tasks of
+    DISPATCHES_PER_TASK (10) kernels each are pending (mlx/transforms.cpp,
+    mlx/backend/cpu/encoder.h), so the peak holds the outputs of up to ~100 ops not
+    yet computed, and how many depends on thread scheduling: on a loaded machine
+    the same step peaked 4% apart in two runs. `eval_impl` also waits for the
+    worker after every op while active memory exceeds the memory limit; a limit of
+    0 keeps it at most one task (10 kernels) ahead. Slower (the main thread spins),
+    so only for comparisons that must be exact; mlx-lm's own runs are asynchronous.
+    """
+    mx.set_memory_limit(0)
 
 
 def _all_agree(flag: bool) -> bool:

@@ -61,8 +61,9 @@ class FakeMeasure:
     `fail` lists batch sizes whose run dies; after `interrupt_after` calls it
     raises KeyboardInterrupt, as Ctrl-C between two steps would."""
 
-    def __init__(self, scale=1.0, offset=0, fail=(), interrupt_after=None):
+    def __init__(self, scale=1.0, offset=0, fail=(), interrupt_after=None, time_out=()):
         self.scale, self.offset, self.fail, self.interrupt_after = scale, offset, fail, interrupt_after
+        self.time_out = time_out  # batch sizes whose run is stopped by --timeout
         self.calls = []
 
     def peak(self, request):
@@ -77,7 +78,11 @@ class FakeMeasure:
         self.calls.append(request["training"])
         if request["training"]["batch_size"] in self.fail:
             raise MeasurementFailed("ran out of memory at step 1 after 1.00 GB: the system killed the measuring process (SIGKILL)")
+        if request["training"]["batch_size"] in self.time_out:
+            raise MeasurementFailed("measurement timed out after 900 s at step 0 (peak so far 3.85 GB); "
+                                    "raise --timeout or shrink the run", kind="timeout")
         peak = self.peak(request)
+        on_event({"event": "step", "step": 1, "peak_bytes": peak, "seconds": 0.2, "tokens": 1})
         tokens = request["training"]["batch_size"] * (request["length"] - 1)
         return Measurement(
             peak_bytes=peak, peak_with_load_bytes=peak, cache_bytes=0, process_peak_bytes=peak + 10**8,
@@ -368,3 +373,55 @@ def test_importing_the_command_stays_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# --- what bench knows: timeouts are unknown, logs get a line per step ------------
+
+
+def test_a_timed_out_run_is_unknown_never_does_not_fit(small, fake, tmp_path):
+    """Issue 12 item 8: a step-0 timeout with 3.85 GB seen was reported as "does not fit"."""
+    fake(time_out=(2,))
+    out = tmp_path / "r.csv"
+    args = ["--model", small, "--num-layers", "-1", "--batch-size", "1,2,4", "--max-seq-length", "64", "--out", str(out)]
+    rows = run_json(*args, exit_code=lib.EXIT_UNKNOWN)["rows"]
+    assert [r["status"] for r in rows] == ["measured", "unknown", "measured"]
+    assert rows[1]["measured_fits"] is None and "timed out" in rows[1]["reason"]
+    assert [r["status"] for r in read_csv(out)] == ["measured", "unknown", "measured"]
+    again = fake()
+    run(*args, "--resume")  # an unknown row is measured again, the others stand
+    assert [c["batch_size"] for c in again.calls] == [2]
+
+
+def test_max_stops_at_a_timeout_and_says_the_limit_is_unknown(small, fake, tmp_path):
+    model = from_folder(tmp_path / "small")
+    memory = budget_for(model, "batch_size", 10, max_seq_length=128)
+    common = ["--model", small, "--num-layers", "-1", "--max-seq-length", "128", "--memory", memory, "--reserve", "0", "--max", "batch_size"]
+    fake(time_out=range(1, 100))
+    found = run_json(*common, exit_code=lib.EXIT_UNKNOWN)["max"]
+    assert found["value"] is None and found["unknown"] and not found["settled"]
+    assert [r["fits"] for r in found["runs"]] == [None]
+    text = run(*common, exit_code=lib.EXIT_UNKNOWN).output
+    assert "Unknown" in text and "timed out" in text and "does not fit" not in text
+    fake(time_out=range(11, 100), scale=0.5)  # the estimate is 2x high: the search goes up and times out
+    found = run_json(*common, exit_code=lib.EXIT_UNKNOWN)["max"]
+    assert found["unknown"] and found["value"] >= 10
+    assert found["runs"][-1]["fits"] is None and all(r["fits"] for r in found["runs"][:-1])
+
+
+def test_without_a_terminal_each_step_is_a_line(small, fake):
+    fake()
+    result = CliRunner().invoke(cli, ["bench", "--model", small, "--num-layers", "-1", "--batch-size", "1,2", "--max-seq-length", "64"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    steps = [line for line in result.stderr.splitlines() if "step 1: peak" in line]
+    assert len(steps) == 2 and "batch 1" in steps[0] and "batch 2" in steps[1]
+
+
+def test_measuring_against_a_hypothetical_budget_says_so_first(small, fake):
+    fake()
+    args = ["--model", small, "--num-layers", "-1", "--batch-size", "1", "--max-seq-length", "64", "--memory", "16GB"]
+    flat = " ".join(run(*args).output.split())  # rich wraps long lines
+    assert "measured on this machine" in flat and "hypothetical budget of 12.00 GB" in flat, flat
+    assert flat.index("hypothetical budget") < flat.index("predicted")  # up front, before any result
+    assert run_json(*args)["notes"] and not run_json(*args, "--estimate-only")["notes"]
+    assert "hypothetical budget" not in run(*args, "--estimate-only").output
