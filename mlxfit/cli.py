@@ -238,15 +238,21 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
     from . import render
     from .plan import predict
     from .slicing import measure_by_slices, plan_slices, slice_training, sliced_model
-    from .units import format_gb
+    from .units import format_gb, format_size
 
-    slices = plan_slices(plan.model.architecture, plan.training)
+    try:
+        slices = plan_slices(plan.model.architecture, plan.training)
+    except MlxfitError as e:
+        raise MlxfitError(
+            f"refusing to measure: the estimate exceeds the {format_size(usable)} budget and {e} "
+            "(change the run, see the plan without --measure, or pass --force)"
+        ) from e
     need = max(predict(sliced_model(plan.model, s), slice_training(plan.training, s), backend, length=plan.length)[0]
                for s in slices.slices)
     if need > usable and not force:
         raise MlxfitError(
-            f"refusing to measure: even the largest slice needs about {format_gb(need)}, over the "
-            f"{format_gb(usable)} budget; change the run (see the plan without --measure) or pass --force"
+            f"refusing to measure: even the largest slice needs about {format_size(need)}, over the "
+            f"{format_size(usable)} budget; change the run (see the plan without --measure) or pass --force"
         )
     if not quiet:
         render.print_hanging(
