@@ -233,16 +233,13 @@ def _lora_types():
     return switch, lora, dora
 
 
-_KEYS: dict[int, tuple] = {}
-
-
 def default_lora_keys(model: nn.Module) -> set[str]:
-    """Every Linear / SwitchLinear / Embedding (or module with to_lora) of any block."""
-    cached = _KEYS.get(id(model))
-    if cached is not None and cached[0] is model:
-        return cached[1]
-    keys = _default_lora_keys(model)
-    _KEYS[id(model)] = (model, keys)
+    """Every Linear / SwitchLinear / Embedding (or module with to_lora) of any block,
+    found once per model (kept on it: a name starting with "_" is no parameter)."""
+    keys = getattr(model, "_mlxfit_lora_keys", None)
+    if keys is None:
+        keys = _default_lora_keys(model)
+        object.__setattr__(model, "_mlxfit_lora_keys", keys)
     return keys
 
 
