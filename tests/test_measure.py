@@ -137,8 +137,10 @@ def test_out_of_memory_is_reported_not_raised(tmp_path):
 
 
 def test_timeout(tmp_path):
+    # A run that cannot end in time, however fast the machine: a million steps.
+    request = dict(small_request(tmp_path), min_steps=10**6, max_steps=10**6)
     with pytest.raises(MeasurementFailed, match="timed out after 0.5 s") as failure:
-        measure(small_request(tmp_path), timeout=0.5)
+        measure(request, timeout=0.5)
     assert failure.value.kind == "timeout" and failure.value.unknown  # bench: "unknown", not "does not fit"
 
 
