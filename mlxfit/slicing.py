@@ -74,7 +74,7 @@ class SlicePlan:
 
     def to_dict(self) -> dict:
         return {"period": self.period, "total_blocks": self.total, "trained_blocks": self.trained,
-                "slices": [s.to_dict() for s in self.slices]}
+                "blocks": [s.to_dict() for s in self.slices]}
 
 
 def _signature(block: Block) -> tuple:
@@ -163,7 +163,6 @@ def measure_by_slices(model, training: TrainingConfig, length: int | None, max_s
         method="slice",
         slice={
             **plan.to_dict(),
-            "blocks": [s.to_dict() for s in plan.slices],
             "peaks_bytes": [m.peak_with_load_bytes for m in measured],
             "peak_bytes": max(m.peak_with_load_bytes for m in measured),
             "seconds": round(seconds, 2),
