@@ -184,7 +184,8 @@ class Architecture:
 
 
 def _dims(module: nn.Module) -> tuple[int, int, int]:
-    """(in, out, experts) of a Linear, QuantizedLinear or (Quantized)SwitchLinear."""
+    """(in, out, experts) of a Linear, QuantizedLinear, (Quantized)SwitchLinear or Embedding
+    (an embedding's in is its width, its out the vocabulary), quantized weights unpacked."""
     w = module["weight"]
     bits = getattr(module, "bits", None)
     if w.ndim == 3:
@@ -311,38 +312,28 @@ def _block(block: nn.Module, index: int, config: dict, hidden: int) -> Block:
     )
 
 
-_EMBEDDING_NAMES = ("embed_tokens", "wte", "tok_embeddings", "word_embeddings", "embedding", "embeddings")
-
-
-def _outside_blocks(model: nn.Module, kind) -> list[tuple[str, nn.Module]]:
-    return [(k, m) for k, m in _modules(model, skip={id(b) for b in model.layers}) if kind(m)]
+_EMBEDDING_NAMES = ("embed_tokens", "wte", "tok_embeddings")
 
 
 def _token_embedding(embeddings) -> tuple[str, nn.Module] | None:
     """The token embedding: by its usual name, else the one with most rows."""
-    named = [e for e in embeddings if e[0].split(".")[-1] in _EMBEDDING_NAMES[:3]]
+    named = [e for e in embeddings if e[0].split(".")[-1] in _EMBEDDING_NAMES]
     pool = named or embeddings
     return max(pool, key=lambda e: e[1]["weight"].shape[0]) if pool else None
-
-
-def _rows_cols(module: nn.Module) -> tuple[int, int]:
-    """(rows, columns) of an embedding or a linear's weight, unpacked."""
-    w = module["weight"]
-    bits = getattr(module, "bits", None)
-    return w.shape[-2], w.shape[-1] * 32 // bits if bits else w.shape[-1]
 
 
 def from_model(model: nn.Module, config: dict) -> Architecture:
     inner = text_config(config)
     layers = model.layers
-    embeddings = _outside_blocks(model, lambda m: isinstance(m, (nn.Embedding, nn.QuantizedEmbedding)))
+    tree = _walk(model, skip={id(b) for b in layers})  # everything outside the blocks
+    embeddings = [(k, m) for k, m in tree if isinstance(m, (nn.Embedding, nn.QuantizedEmbedding))]
     token = _token_embedding(embeddings)
     if token is None:
         raise lazy_model.NotSizable(f"mlx-lm's {config.get('model_type')!r} model has no token embedding")
-    vocab, hidden = _rows_cols(token[1])
-    heads = [(k, m) for k, m in _outside_blocks(model, _is_linear) if k.split(".")[-1] == "lm_head"]
+    hidden, vocab, _ = _dims(token[1])
+    heads = [(k, m) for k, m in tree if isinstance(m, nn.Module) and _is_linear(m) and k.split(".")[-1] == "lm_head"]
     blocks = tuple(_block(layer, i, inner, hidden) for i, layer in enumerate(layers))
-    outside = {k: v for k, v in _walk(model, skip={id(b) for b in layers}) if isinstance(v, mx.array)}
+    outside = {k: v for k, v in tree if isinstance(v, mx.array)}
     # Embeddings and heads count their weights' elements; quantized scales and
     # biases are storage, not parameters. A head's own bias is a parameter.
     counted = {f"{k}.{name}" for k, _ in embeddings for name in ("weight", "scales", "biases")}
@@ -353,8 +344,8 @@ def from_model(model: nn.Module, config: dict) -> Architecture:
         vocab_size=vocab,
         tied_embeddings=not heads,
         blocks=blocks,
-        embedding_params=sum(math.prod(_rows_cols(m)) for _, m in embeddings),
-        lm_head_params=sum(math.prod(_rows_cols(m)) for _, m in heads),
+        embedding_params=sum(math.prod(_dims(m)) for _, m in embeddings),
+        lm_head_params=sum(math.prod(_dims(m)) for _, m in heads),
         other_params=sum(v.size for k, v in outside.items() if k not in counted),
         softcap=_softcap(model, inner),
     )

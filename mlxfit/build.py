@@ -16,13 +16,13 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
 from .errors import MlxfitError
+from .lazy_model import checkpoint_dtype
 from .training import TrainingConfig
 
 # Random weights repeat a random block of this many values: memory does not
 # depend on the values, and a full-size random draw costs several times more
 # time and memory than the weights themselves.
 _FILL_PERIOD = 1 << 20
-_DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
 
 def has_weights(folder: Path | None) -> bool:
@@ -50,12 +50,6 @@ def _random_fill(shape, dtype, scale=0.02):
     return mx.broadcast_to(tile, (rows // block, block, cols)).reshape(shape)
 
 
-def model_dtype(config: dict) -> mx.Dtype:
-    inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    name = config.get("torch_dtype") or config.get("dtype") or inner.get("torch_dtype") or inner.get("dtype") or "bfloat16"
-    return _DTYPES.get(name, mx.bfloat16)
-
-
 def _drop_untrained_head(model: nn.Module) -> None:
     """Gemma 3 checkpoints have no lm_head: gemma3_text's sanitize() drops it on load."""
     inner = getattr(model, "language_model", model)
@@ -73,7 +67,7 @@ def random_model(config: dict, dtype: mx.Dtype | None = None) -> nn.Module:
     except (ValueError, TypeError, KeyError) as e:
         raise MlxfitError(f"mlx-lm cannot build {config.get('model_type')!r} from this config: {e}") from e
     _drop_untrained_head(model)
-    dtype = dtype or model_dtype(config)
+    dtype = dtype or checkpoint_dtype(config)
     weights = [
         (name, _random_fill(p.shape, dtype) if p.ndim >= 2 else p.astype(dtype))
         for name, p in tree_flatten(model.parameters())

@@ -76,8 +76,7 @@ def _qlora_bits(model: ModelInfo, training: TrainingConfig) -> tuple[int | None,
 
 @lru_cache(maxsize=256)
 def _counted(config_key: str, bits, group_size, fine_tune_type: str, num_layers: int, rank: int, keys, keep=None):
-    config = json.loads(config_key)
-    base = lazy_model.base_model(config, bits, group_size)
+    base = lazy_model.model_for_key(config_key, bits, group_size)
     if fine_tune_type == "full":
         trainable = lazy_model.full_parameters(base, num_layers)
     else:
@@ -93,7 +92,7 @@ def counted(model: ModelInfo, training: TrainingConfig) -> tuple[int, tuple]:
     of every trainable array), from mlx-lm's own model built lazily."""
     keys = tuple(sorted(training.lora_keys)) if training.lora_keys is not None else None
     return _counted(
-        json.dumps(model.config, sort_keys=True, default=str), *_qlora_bits(model, training),
+        lazy_model.config_key(model.config), *_qlora_bits(model, training),
         training.fine_tune_type, training.num_layers, training.rank, keys, model.slice_blocks,
     )
 

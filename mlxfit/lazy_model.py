@@ -201,12 +201,14 @@ def build(config: dict) -> nn.Module:
     return model
 
 
-def _config_key(config: dict) -> str:
+def config_key(config: dict) -> str:
+    """A config as a hashable key (the models built from it are cached by it)."""
     return json.dumps(config, sort_keys=True, default=str)
 
 
 @lru_cache(maxsize=16)
-def _cached(key: str, bits: int | None, group_size: int | None) -> nn.Module:
+def model_for_key(key: str, bits: int | None = None, group_size: int | None = None) -> nn.Module:
+    """base_model, for a config already made a key (config_key)."""
     model = build(json.loads(key))
     if bits is not None:
         quantize(model, bits, group_size)
@@ -222,7 +224,7 @@ def _cached(key: str, bits: int | None, group_size: int | None) -> nn.Module:
 def base_model(config: dict, bits: int | None = None, group_size: int | None = None) -> nn.Module:
     """The lazily built model, optionally quantized as `mlx_lm.convert -q
     --q-bits bits --q-group-size group_size` would (QLoRA). Cached: do not mutate."""
-    return _cached(_config_key(config), bits, group_size)
+    return model_for_key(config_key(config), bits, group_size)
 
 
 # -- LoRA / DoRA: mlx_lm/tuner/utils.py linear_to_lora_layers ----------------
