@@ -46,7 +46,10 @@ ARCHS = {
                     "norm_topk_prob": True, "rope_theta": 1e6, "max_position_embeddings": 32768},
     "gemma3-24": {"model_type": "gemma3_text", **W, "num_hidden_layers": 24, "num_attention_heads": 4, "num_key_value_heads": 1,
                   "head_dim": 64, "query_pre_attn_scalar": 64, "sliding_window": 128, "sliding_window_pattern": 6},
+    "llama-16-bf16": {"model_type": "llama", **W, "num_hidden_layers": 16, "tie_word_embeddings": True,
+                      "torch_dtype": "bfloat16"},
     "qwen2.5-0.5b": dict(catalog()["qwen/qwen2.5-0.5b-instruct"][1], torch_dtype="float32"),
+    "qwen2.5-1.5b": dict(catalog()["qwen/qwen2.5-1.5b-instruct"][1], torch_dtype="float32"),
 }
 # (architecture, training flags, batch, max length)
 RUNS = [
@@ -65,6 +68,22 @@ RUNS = [
     ("gemma3-24", {}, 1, 256),
     ("qwen2.5-0.5b", {"num_layers": 16}, 1, 128),
     ("qwen2.5-0.5b", {"grad_checkpoint": True}, 1, 128),
+    ("llama-16", {"quantize": True, "num_layers": 8, "grad_checkpoint": True}, 2, 256),
+    ("llama-16", {"fine_tune_type": "dora", "num_layers": 8}, 2, 128),
+    ("llama-16", {"fine_tune_type": "full", "grad_checkpoint": True}, 2, 256),
+    ("llama-16-untied", {"fine_tune_type": "full", "num_layers": 4}, 1, 256),
+    ("llama-16", {"fine_tune_type": "dora", "quantize": True, "grad_checkpoint": True}, 1, 256),
+    ("phi3-16", {"fine_tune_type": "dora"}, 1, 256),
+    ("phi3-16", {"quantize": True, "num_layers": 8}, 1, 256),
+    ("qwen3moe-16", {"fine_tune_type": "full"}, 1, 256),
+    ("qwen3moe-16", {"quantize": True, "grad_checkpoint": True}, 2, 128),
+    ("gemma3-24", {"num_layers": 12, "grad_checkpoint": True}, 1, 256),
+    ("gemma3-24", {"quantize": True}, 1, 256),
+    ("llama-20", {"rank": 16}, 2, 512),
+    ("llama-16-bf16", {}, 1, 128),
+    ("qwen2.5-0.5b", {"quantize": True}, 1, 256),
+    ("qwen2.5-0.5b", {"fine_tune_type": "dora", "num_layers": 8}, 1, 128),
+    ("qwen2.5-1.5b", {"num_layers": 16}, 1, 64),
 ]
 
 
@@ -81,6 +100,7 @@ def trainer_peak(request: dict) -> int:
 
 def run(index: int) -> dict:
     arch, flags, batch, length = RUNS[index]
+    flags = dict(flags)
     model = _from_config(arch, "local", ARCHS[arch])
     training = TrainingConfig(batch_size=batch, max_seq_length=length, num_layers=flags.pop("num_layers", -1), **flags)
     tic = time.perf_counter()
@@ -107,7 +127,8 @@ def describe(r: dict) -> str:
     t = r["training"]
     method = ("q" if t["quantize"] else "") + t["fine_tune_type"]
     layers = "all" if t["num_layers"] == -1 else f"last {t['num_layers']}"
-    return f"{method}, {layers}{', gc' if t['grad_checkpoint'] else ''}, {t['batch_size']} × {t['max_seq_length']}"
+    rank = f", rank {t['rank']}" if t["rank"] != TrainingConfig().rank and t["fine_tune_type"] != "full" else ""
+    return f"{method}, {layers}{rank}{', gc' if t['grad_checkpoint'] else ''}, {t['batch_size']} × {t['max_seq_length']}"
 
 
 def write(rows: list[dict]) -> str:
@@ -154,7 +175,8 @@ def main() -> None:
     for i in args.only if args.only else range(len(RUNS)):
         kept[i] = run(i)
         print(json.dumps(kept[i]), flush=True)
-    print(write([kept[i] for i in sorted(kept)]))
+        text = write([kept[i] for i in sorted(kept)])  # after each run: a long sweep keeps what it measured
+    print(text)
 
 
 if __name__ == "__main__":

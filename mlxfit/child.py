@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import replace
 
 _OUT = None
 
@@ -138,71 +139,102 @@ def without_transformers() -> None:
         sys.meta_path.insert(0, _TransformersStub())
 
 
-def run(request: dict) -> None:
+def transformers_imported() -> bool:
+    """The real package has a file; the stub (or nothing) has none."""
+    return getattr(sys.modules.get("transformers"), "__file__", None) is not None
+
+
+def measure_once(request: dict, training, blocks: int | None = None, synchronous: bool = False, steps: int | None = None,
+                 on_step=None) -> dict:
+    """Build the model (its last `blocks` only, for a slice), take the steps (exactly
+    `steps`, or the request's rule), free it.
+
+    Peaks are the process's MLX peak less what was already held, so one process can
+    measure several slices in turn (mlxfit/slicing.py)."""
+    import gc
     from pathlib import Path
 
+    import mlx.core as mx
+
+    from .build import build
+    from .steps import MIN_STEPS, batches, evaluated_synchronously, full_length_dataset, run_steps
+
+    folder = Path(request["folder"]) if request.get("folder") else None
+    with evaluated_synchronously(synchronous):
+        mx.reset_peak_memory()
+        held = mx.get_active_memory()
+        tic = time.perf_counter()
+        model = build(request["config"], folder, training, on_stage=lambda s: emit("stage", stage=s), blocks=blocks)
+        load_peak = mx.get_peak_memory() - held
+        build_seconds = time.perf_counter() - tic
+        emit("built", seconds=build_seconds, peak_bytes=load_peak)
+
+        mx.reset_peak_memory()
+        dataset = full_length_dataset(training.batch_size, request["length"], request["vocab_size"])
+        emit("stage", stage="training steps")
+        tic = time.perf_counter()
+        records = run_steps(
+            model, training, batches(dataset, training), steps or request["max_steps"],
+            min_steps=steps or request.get("min_steps") or MIN_STEPS, on_step=on_step or (lambda r: None),
+        )
+        seconds = time.perf_counter() - tic
+        del model
+        gc.collect()
+        mx.clear_cache()
+    steps_peak = max(r.peak_bytes for r in records) - held
+    return {
+        "peak_bytes": steps_peak,
+        "peak_with_load_bytes": max(load_peak, steps_peak),
+        "load_peak_bytes": load_peak,
+        "cache_bytes": records[-1].cache_bytes,
+        "steps": len(records),
+        "seconds": seconds,
+        "build_seconds": build_seconds,
+        "step_peaks_bytes": [r.peak_bytes - held for r in records],
+        "step_seconds": [r.seconds for r in records],
+        "tokens_per_step": records[-1].tokens,
+    }
+
+
+def run(request: dict) -> None:
+    """One run (`measured`), or the slices a request lists, in turn (`slices`)."""
     from .errors import MlxfitError
     from .training import TrainingConfig
 
     training = TrainingConfig(**request["training"])
-    folder = Path(request["folder"]) if request.get("folder") else None
     step_now = 0
+
+    def on_step(record):
+        nonlocal step_now
+        step_now = record.step
+        emit("step", step=record.step, peak_bytes=record.peak_bytes, seconds=record.seconds, tokens=record.tokens)
+
     with RssSampler() as rss:
         try:
             emit("stage", stage="importing mlx-lm")
             without_transformers()
             import mlx.core as mx
 
-            from .build import build
             from .machine import mlx_backend
-            from .steps import MIN_STEPS, batches, evaluate_synchronously, full_length_dataset, run_steps
 
-            if request.get("synchronous"):
-                evaluate_synchronously()
-            tic = time.perf_counter()
-            model = build(request["config"], folder, training, on_stage=lambda s: emit("stage", stage=s),
-                          blocks=request.get("slice_blocks"))
-            load_peak = mx.get_peak_memory()
-            build_seconds = time.perf_counter() - tic
-            emit("built", seconds=build_seconds, peak_bytes=load_peak)
-
-            mx.reset_peak_memory()
-            dataset = full_length_dataset(training.batch_size, request["length"], request["vocab_size"])
-
-            def on_step(record):
-                nonlocal step_now
-                step_now = record.step
-                emit("step", step=record.step, peak_bytes=record.peak_bytes, seconds=record.seconds, tokens=record.tokens)
-
-            emit("stage", stage="training steps")
-            step_now = 1
-            tic = time.perf_counter()
-            records = run_steps(
-                model, training, batches(dataset, training), request["max_steps"],
-                min_steps=request.get("min_steps") or MIN_STEPS, on_step=on_step,
-            )
-            seconds = time.perf_counter() - tic
-            steps_peak = max(r.peak_bytes for r in records)
-            ranks = gather_ranks([steps_peak, max(load_peak, steps_peak), rss.high_water()])
+            if request.get("slices"):
+                slices = []
+                for i, s in enumerate(request["slices"], 1):
+                    emit("slice", index=i, of=len(request["slices"]), blocks=s["blocks"], trained=s["trained"],
+                         synchronous=s["synchronous"])
+                    sliced = replace(training, num_layers=s["trained"])
+                    slices.append(measure_once(request, sliced, s["blocks"], s["synchronous"], s.get("steps"), on_step))
+                emit("done", slices=slices, backend=mlx_backend(), process_peak_bytes=rss.high_water(),
+                     transformers_imported=transformers_imported())
+                return
+            measured = measure_once(request, training, synchronous=request.get("synchronous", False), on_step=on_step)
+            figures = [measured["peak_bytes"], measured["peak_with_load_bytes"], rss.high_water()]
             emit(
                 "done",
                 rank=mx.distributed.init().rank(),
-                measured={
-                    "ranks": ranks,
-                    "peak_bytes": steps_peak,
-                    "peak_with_load_bytes": max(load_peak, steps_peak),
-                    "cache_bytes": records[-1].cache_bytes,
-                    "process_peak_bytes": rss.high_water(),
-                    "steps": len(records),
-                    "seconds": seconds,
-                    "build_seconds": build_seconds,
-                    "backend": mlx_backend(),
-                    "step_peaks_bytes": [r.peak_bytes for r in records],
-                    "step_seconds": [r.seconds for r in records],
-                    "tokens_per_step": records[-1].tokens,
-                },
-                # the real package has a file; the stub (or nothing) has none
-                transformers_imported=getattr(sys.modules.get("transformers"), "__file__", None) is not None,
+                measured={**measured, "ranks": gather_ranks(figures), "process_peak_bytes": rss.high_water(),
+                          "backend": mlx_backend()},
+                transformers_imported=transformers_imported(),
             )
         except MlxfitError as e:
             emit("error", kind="input", message=str(e), step=step_now)

@@ -56,6 +56,7 @@ class MeasurementInterrupted(MeasurementFailed):
 class Measurement:
     peak_bytes: int  # mx.get_peak_memory() over the steps, reset after the build
     peak_with_load_bytes: int  # the same, not reset: what mlx-lm's trainer reports
+    load_peak_bytes: int  # mx.get_peak_memory() while the model was built (loaded)
     cache_bytes: int  # mx.get_cache_memory() after the steps
     process_peak_bytes: int  # the process's resident high-water mark
     steps: int
@@ -83,6 +84,7 @@ class Measurement:
         return {
             "peak_bytes": self.peak_bytes,
             "peak_with_load_bytes": self.peak_with_load_bytes,
+            "load_peak_bytes": self.load_peak_bytes,
             "cache_bytes": self.cache_bytes,
             "process_peak_bytes": self.process_peak_bytes,
             "steps": self.steps,
@@ -162,6 +164,17 @@ def measure(
     memory_cap: int | None = None,
 ) -> Measurement:
     """Run the child; return its Measurement or raise MeasurementFailed."""
+    measured = run_child(request, timeout, on_event, memory_cap)["measured"]
+    return Measurement(**{k: tuple(v) if isinstance(v, list) else v for k, v in measured.items()})
+
+
+def run_child(
+    request: dict,
+    timeout: float | None = None,
+    on_event: Callable[[dict], None] = lambda e: None,
+    memory_cap: int | None = None,
+) -> dict:
+    """Run the child on one request; return its "done" event or raise MeasurementFailed."""
     with tempfile.TemporaryDirectory(prefix="mlxfit-") as workdir:
         child = subprocess.Popen(
             [sys.executable, "-m", "mlxfit.child"],
@@ -218,7 +231,7 @@ def measure(
         child.wait()
 
     if result is not None and result["event"] == "done":
-        return Measurement(**{k: tuple(v) if isinstance(v, list) else v for k, v in result["measured"].items()})
+        return result
     raise MeasurementFailed(_failure_message(child.returncode, result, last, max(last["peak_bytes"], watch.peak), stderr_tail))
 
 

@@ -7,9 +7,18 @@ gradients and optimizer state; each frozen block its weights. So real steps of
 the run's batch and length through the model's real embedding and head and a
 few real-width blocks (one period of its block pattern, then two; and one
 frozen period in front where the run has frozen blocks) give the per-block
-increase, and the whole run's peak follows. Each slice is measured by the same
-child process as a full measurement (mlxfit/child.py), with the model's block
-list cut to its last blocks before anything is evaluated.
+increase, and the whole run's peak follows.
+
+On the CPU backend `mx.eval` runs up to about 100 kernels ahead of the worker
+(mlxfit/steps.py evaluated_synchronously), so an mlx-lm peak also holds the
+outputs of whatever ops are queued at that moment: tens of megabytes of logits,
+more or less, depending on where the peak falls. That part does not grow with
+depth but it is not the same from one slice to the next, and the extrapolation
+multiplies any difference between slices by the depth. So the per-block increase
+is read from slices evaluated synchronously (a deterministic graph), and what
+runs ahead from the deepest slice run as mlx-lm runs it. All slices are measured
+in turn by one child process (mlxfit/child.py), each model's block list cut to
+its last blocks before anything is evaluated.
 """
 
 from __future__ import annotations
@@ -21,17 +30,27 @@ from .errors import MlxfitError
 from .training import TrainingConfig
 
 
+SYNCHRONOUS_STEPS = 4  # Adam's state exists from the second step; two more to reach the peak
+
+
 @dataclass(frozen=True)
 class Slice:
     blocks: int  # the model's last `blocks` blocks are kept
     trained: int  # of which the last `trained` are trained
+    synchronous: bool = True  # evaluated without running ahead: the per-block increase
 
     @property
     def frozen(self) -> int:
         return self.blocks - self.trained
 
+    def steps(self, training: TrainingConfig) -> int | None:
+        """A synchronous slice takes a fixed number of steps: its peak still moves by
+        about one activation from step to step, and the slices are compared after
+        the same number of chances to reach it. None: until the peak settles."""
+        return max(SYNCHRONOUS_STEPS, training.grad_accumulation_steps + 2) if self.synchronous else None
+
     def to_dict(self) -> dict:
-        return {"blocks": self.blocks, "trained": self.trained}
+        return {"blocks": self.blocks, "trained": self.trained, "synchronous": self.synchronous}
 
 
 @dataclass(frozen=True)
@@ -48,28 +67,36 @@ class SlicePlan:
     @property
     def deeper(self) -> Slice | None:
         """The slice with one more period of trained blocks, when the run has more."""
-        return next((s for s in self.slices[1:] if s.frozen == 0), None)
+        return next((s for s in self.slices[1:] if s.synchronous and not s.frozen), None)
 
     @property
     def with_frozen(self) -> Slice | None:
         return next((s for s in self.slices[1:] if s.frozen), None)
 
+    @property
+    def as_run(self) -> Slice:
+        """The slice evaluated as mlx-lm runs (ahead of the worker): the deepest."""
+        return next(s for s in self.slices if not s.synchronous)
+
     def extrapolate(self, peaks: list[int]) -> int:
-        """The whole run's peak from the slices' peaks (in the order of `slices`)."""
+        """The whole run's figure from the slices' (in the order of `slices`): the
+        slice run as mlx-lm runs, plus the synchronous slices' increase per block
+        for each trained and frozen block it lacks."""
         by = dict(zip(self.slices, peaks))
-        base = by[self.base]
-        peak = float(base)
+        anchor = self.as_run
+        peak = float(by[anchor])
         if self.deeper is not None:
-            per_trained = (by[self.deeper] - base) / (self.deeper.trained - self.base.trained)
-            peak += (self.trained - self.base.trained) * per_trained
+            per_trained = (by[self.deeper] - by[self.base]) / (self.deeper.trained - self.base.trained)
+            peak += (self.trained - anchor.trained) * per_trained
         frozen = self.total - self.trained
         if frozen and self.with_frozen is not None:
-            per_frozen = (by[self.with_frozen] - base) / self.with_frozen.frozen
+            per_frozen = (by[self.with_frozen] - by[self.base]) / self.with_frozen.frozen
             peak += frozen * per_frozen
         return int(round(peak))
 
     def describe(self) -> str:
-        parts = [f"{s.trained} trained" + (f" + {s.frozen} frozen" if s.frozen else "") for s in self.slices]
+        shapes = dict.fromkeys((s.trained, s.frozen) for s in self.slices)
+        parts = [f"{t} trained" + (f" + {f} frozen" if f else "") for t, f in shapes]
         return f"slices of {', '.join(parts)} of the {self.total} blocks (period {self.period})"
 
     def to_dict(self) -> dict:
@@ -93,29 +120,24 @@ def period(blocks: tuple[Block, ...]) -> int:
     return n
 
 
-MIN_BLOCKS = 2
-
-
 def plan_slices(arch: Architecture, training: TrainingConfig) -> SlicePlan:
+    """One period of the trained blocks and two, synchronously, then two as mlx-lm
+    runs them; one frozen period in front of the first where the run has frozen
+    blocks. A run with fewer than two periods of trained blocks has them measured
+    whole."""
     total = arch.num_layers
     n = training.layers_trained(total)
-    trained_blocks = arch.blocks[total - n:]
-    p = period(trained_blocks)
-    # At least two blocks in the first slice: a one-block slice's peak moves by about
-    # a megabyte from run to run on the CPU, and the extrapolation multiplies the
-    # difference by the depth.
-    base = p * -(-MIN_BLOCKS // p)
-    slices = []
-    if n >= 2 * base:
-        slices += [Slice(base, base), Slice(2 * base, 2 * base)]
-    else:  # the trained blocks are measured whole
-        slices.append(Slice(n, n))
-    first = slices[0]
+    p = period(arch.blocks[total - n:])
     frozen = total - n
+    if n >= 2 * p:
+        slices = [Slice(p, p), Slice(2 * p, 2 * p), Slice(2 * p, 2 * p, synchronous=False)]
+    elif frozen:
+        slices = [Slice(n, n), Slice(n, n, synchronous=False)]
+    else:
+        slices = [Slice(n, n)]
     if frozen:
-        # One period of the frozen blocks in front of the first slice's trained ones.
         kf = min(period(arch.blocks[:frozen]) if frozen > 1 else 1, frozen)
-        slices.append(Slice(first.blocks + kf, first.trained))
+        slices.append(Slice(slices[0].blocks + kf, slices[0].trained))
     if max(s.blocks for s in slices) >= total:
         raise MlxfitError(
             f"a slice of this run would hold all {total} blocks (its trained blocks repeat every {p}): "
@@ -136,35 +158,36 @@ def sliced_model(model, s: Slice):
 
 def measure_by_slices(model, training: TrainingConfig, length: int | None, max_steps: int, timeout=None,
                       on_event=lambda e: None):
-    """Measure each slice in its own child process; the whole run's figures are
+    """Measure the slices in turn in one child process; the whole run's figures are
     extrapolated (mlxfit.measure.Measurement with method "slice")."""
-    from .measure import Measurement, measure, request_for
+    from .measure import Measurement, request_for, run_child
 
     plan = plan_slices(model.architecture, training)
-    measured = []
-    for i, s in enumerate(plan.slices, 1):
-        on_event({"event": "slice", "index": i, "of": len(plan.slices), **s.to_dict()})
-        request = request_for(model, slice_training(training, s), length=length, max_steps=max_steps)
-        request["slice_blocks"] = s.blocks
-        measured.append(measure(request, timeout=timeout, on_event=on_event))
-    steps_peak = plan.extrapolate([m.peak_bytes for m in measured])
-    with_load = plan.extrapolate([m.peak_with_load_bytes for m in measured])
-    seconds = sum(m.seconds + m.build_seconds for m in measured)
+    request = request_for(model, training, length=length, max_steps=max_steps)
+    request["slices"] = [{**s.to_dict(), "steps": s.steps(training)} for s in plan.slices]
+    done = run_child(request, timeout=timeout, on_event=on_event)
+    measured = done["slices"]
+    steps_peak = plan.extrapolate([m["peak_bytes"] for m in measured])
+    load_peak = plan.extrapolate([m["load_peak_bytes"] for m in measured])
+    as_run = measured[plan.slices.index(plan.as_run)]
+    seconds = sum(m["seconds"] + m["build_seconds"] for m in measured)
     return Measurement(
         peak_bytes=steps_peak,
-        peak_with_load_bytes=max(with_load, steps_peak),
-        cache_bytes=max(m.cache_bytes for m in measured),
-        process_peak_bytes=max(m.process_peak_bytes for m in measured),
-        steps=max(m.steps for m in measured),
+        peak_with_load_bytes=max(load_peak, steps_peak),
+        load_peak_bytes=load_peak,
+        cache_bytes=max(m["cache_bytes"] for m in measured),
+        process_peak_bytes=done["process_peak_bytes"],
+        steps=max(m["steps"] for m in measured),
         seconds=seconds,
-        build_seconds=sum(m.build_seconds for m in measured),
-        backend=measured[0].backend,
-        tokens_per_step=measured[0].tokens_per_step,
+        build_seconds=sum(m["build_seconds"] for m in measured),
+        backend=done["backend"],
+        step_seconds=tuple(as_run["step_seconds"]),
+        tokens_per_step=as_run["tokens_per_step"],
         method="slice",
         slice={
             **plan.to_dict(),
-            "peaks_bytes": [m.peak_with_load_bytes for m in measured],
-            "peak_bytes": max(m.peak_with_load_bytes for m in measured),
+            "peaks_bytes": [m["peak_with_load_bytes"] for m in measured],
+            "peak_bytes": max(m["peak_with_load_bytes"] for m in measured),
             "seconds": round(seconds, 2),
             "how": plan.describe(),
         },

@@ -13,6 +13,7 @@ real trainer.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable
@@ -83,13 +84,37 @@ def run_steps(
     """Train until the peak has held for two steps (at least `min_steps`, at most
     `max_steps`). One step is not enough: on the CPU backend the step at which
     the optimizer state and the gradients first overlap varies from run to run."""
-    from mlx_lm.tuner.trainer import default_loss, grad_checkpoint
     from mlx_lm.utils import maybe_set_recommended_wired_limit
 
     maybe_set_recommended_wired_limit()
     optimizer = make_optimizer(training.optimizer)
-    if training.grad_checkpoint:
-        grad_checkpoint(model.layers[0])
+    with checkpointed(model.layers[0] if training.grad_checkpoint else None):
+        return _run_steps(model, training, optimizer, batch_iter, max_steps, min_steps, on_step, stable_within)
+
+
+@contextmanager
+def checkpointed(block: nn.Module | None):
+    """mlx-lm's grad_checkpoint on the block's class (none: no checkpointing). It
+    patches the class for the rest of the process; the class is restored after the
+    steps, so a process that measures several models in turn (the slices of
+    mlxfit/slicing.py) never wraps a block in two checkpoints."""
+    if block is None:
+        yield
+        return
+    from mlx_lm.tuner.trainer import grad_checkpoint
+
+    cls = type(block)
+    original = cls.__call__
+    grad_checkpoint(block)
+    try:
+        yield
+    finally:
+        cls.__call__ = original
+
+
+def _run_steps(model, training, optimizer, batch_iter, max_steps, min_steps, on_step, stable_within):
+    from mlx_lm.tuner.trainer import default_loss
+
     loss_value_and_grad = nn.value_and_grad(model, default_loss)
     grad_accum_steps = training.grad_accumulation_steps
     state = [model.state, optimizer.state, mx.random.state]
@@ -138,7 +163,8 @@ def run_steps(
     return records
 
 
-def evaluate_synchronously() -> None:
+@contextmanager
+def evaluated_synchronously(on: bool = True):
     """Make every later `mx.eval` wait for the CPU worker, so a peak is the graph's
     own and not the scheduler's.
 
@@ -153,8 +179,17 @@ def evaluate_synchronously() -> None:
     worker after every op while active memory exceeds the memory limit; a limit of
     0 keeps it at most one task (10 kernels) ahead. Slower (the main thread spins),
     so only for comparisons that must be exact; mlx-lm's own runs are asynchronous.
+    The limit is restored afterwards. Even so a peak moves by about one
+    activation-sized buffer from step to step (the one task still pending).
     """
-    mx.set_memory_limit(0)
+    if not on:
+        yield
+        return
+    previous = mx.set_memory_limit(0)
+    try:
+        yield
+    finally:
+        mx.set_memory_limit(previous)
 
 
 def _all_agree(flag: bool) -> bool:

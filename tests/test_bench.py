@@ -85,7 +85,7 @@ class FakeMeasure:
         on_event({"event": "step", "step": 1, "peak_bytes": peak, "seconds": 0.2, "tokens": 1})
         tokens = request["training"]["batch_size"] * (request["length"] - 1)
         return Measurement(
-            peak_bytes=peak, peak_with_load_bytes=peak, cache_bytes=0, process_peak_bytes=peak + 10**8,
+            peak_bytes=peak, peak_with_load_bytes=peak, load_peak_bytes=peak // 2, cache_bytes=0, process_peak_bytes=peak + 10**8,
             steps=3, seconds=0.3, build_seconds=0.1, backend="cpu", step_peaks_bytes=(peak,) * 3,
             step_seconds=(0.2, 0.1, 0.1), tokens_per_step=tokens,
         )

@@ -32,7 +32,7 @@ def small_request(tmp_path, config=SMALL, length=64, max_steps=6, name="small", 
 
 def exact_request(tmp_path, **kwargs):
     """A comparison that gives the same figure every run: evaluated synchronously
-    (steps.evaluate_synchronously) for a fixed number of steps, on both sides."""
+    (steps.evaluated_synchronously) for a fixed number of steps, on both sides."""
     return small_request(tmp_path, max_steps=EXACT_STEPS, min_steps=EXACT_STEPS, synchronous=True, **kwargs)
 
 
@@ -301,7 +301,7 @@ def test_the_trainer_clears_the_allocator_cache_after_every_step():
 
 
 def test_the_cpu_backend_queues_kernels_in_tasks_of_ten():
-    """steps.evaluate_synchronously: with a memory limit of 0 the main thread waits
+    """steps.evaluated_synchronously: with a memory limit of 0 the main thread waits
     for the worker at every task, so at most one task of kernels runs ahead."""
     import mlx.core as mx
 

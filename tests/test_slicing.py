@@ -24,32 +24,42 @@ def llama16():
 
 def test_slices_of_a_uniform_model():
     arch = llama16().architecture
-    assert plan_slices(arch, TrainingConfig(num_layers=-1)).slices == (Slice(2, 2), Slice(4, 4))
+    # One block and two, synchronously; two as mlx-lm runs them.
+    as_run = Slice(2, 2, synchronous=False)
+    assert plan_slices(arch, TrainingConfig(num_layers=-1)).slices == (Slice(1, 1), Slice(2, 2), as_run)
     # Frozen leading blocks: one more slice with a frozen block in front.
-    assert plan_slices(arch, TrainingConfig(num_layers=8)).slices == (Slice(2, 2), Slice(4, 4), Slice(3, 2))
-    # Few trained blocks are measured whole.
-    assert plan_slices(arch, TrainingConfig(num_layers=3)).slices == (Slice(3, 3), Slice(4, 3))
+    assert plan_slices(arch, TrainingConfig(num_layers=8)).slices == (Slice(1, 1), Slice(2, 2), as_run, Slice(2, 1))
+    # One trained block is measured whole, with a frozen one in front.
+    assert plan_slices(arch, TrainingConfig(num_layers=1)).slices == (Slice(1, 1), Slice(1, 1, False), Slice(2, 1))
+
+
+def test_synchronous_slices_take_a_fixed_number_of_steps():
+    assert Slice(1, 1).steps(TrainingConfig()) == 4
+    assert Slice(1, 1).steps(TrainingConfig(grad_accumulation_steps=4)) == 6
+    assert Slice(2, 2, synchronous=False).steps(TrainingConfig()) is None
 
 
 def test_slices_follow_the_block_pattern():
     gemma = from_catalog("google/gemma-3-1b-it").architecture  # 5 sliding, 1 global
     assert period(gemma.blocks) == 6
-    assert plan_slices(gemma, TrainingConfig(num_layers=-1)).slices[:2] == (Slice(6, 6), Slice(12, 12))
+    assert plan_slices(gemma, TrainingConfig(num_layers=-1)).slices == (Slice(6, 6), Slice(12, 12), Slice(12, 12, False))
     qwen35 = from_catalog("Qwen/Qwen3.5-4B").architecture  # 3 linear attention, 1 full
     assert period(qwen35.blocks) == 4
-    assert plan_slices(qwen35, TrainingConfig(num_layers=16)).slices == (Slice(4, 4), Slice(8, 8), Slice(8, 4))
+    assert plan_slices(qwen35, TrainingConfig(num_layers=16)).slices == (Slice(4, 4), Slice(8, 8), Slice(8, 8, False), Slice(8, 4))
 
 
 def test_a_model_too_shallow_to_slice_is_measured_whole():
-    shallow = _from_config("llama4", "local", dict(LLAMA16, num_hidden_layers=4)).architecture
-    with pytest.raises(MlxfitError, match="would hold all 4 blocks.*measured whole"):
+    shallow = _from_config("llama2", "local", dict(LLAMA16, num_hidden_layers=2)).architecture
+    with pytest.raises(MlxfitError, match="would hold all 2 blocks.*measured whole"):
         plan_slices(shallow, TrainingConfig(num_layers=-1))
 
 
 def test_extrapolation_is_linear_in_trained_and_frozen_blocks():
-    plan = SlicePlan(total=16, trained=8, period=1, slices=(Slice(2, 2), Slice(4, 4), Slice(3, 2)))
-    # 100 + 2 x 10 per trained block, 3 per frozen block.
-    assert plan.extrapolate([120, 140, 123]) == 120 + 6 * 10 + 8 * 3
+    slices = (Slice(1, 1), Slice(2, 2), Slice(2, 2, synchronous=False), Slice(2, 1))
+    plan = SlicePlan(total=16, trained=8, period=1, slices=slices)
+    # Synchronously 100 + 10 per trained block and 3 per frozen block; the slice run
+    # ahead holds 25 more, which does not grow with depth.
+    assert plan.extrapolate([110, 120, 145, 113]) == 145 + 6 * 10 + 8 * 3
 
 
 def test_slice_agrees_with_a_full_measurement(tmp_path):
@@ -59,7 +69,7 @@ def test_slice_agrees_with_a_full_measurement(tmp_path):
     assert sliced.method == "slice" and full.method == "full"
     assert sliced.peak_with_load_bytes == pytest.approx(full.peak_with_load_bytes, rel=0.03)
     assert sliced.slice["peak_bytes"] < 0.5 * full.peak_with_load_bytes
-    assert [s["blocks"] for s in sliced.slice["blocks"]] == [2, 4] and len(sliced.slice["peaks_bytes"]) == 2
+    assert [s["blocks"] for s in sliced.slice["blocks"]] == [1, 2, 2] and len(sliced.slice["peaks_bytes"]) == 3
 
 
 def test_probe_measures_by_slice_a_run_that_would_not_fit(model_folder, platform, tmp_path):
@@ -73,5 +83,6 @@ def test_probe_measures_by_slice_a_run_that_would_not_fit(model_folder, platform
     assert result.exit_code == 0, result.output
     measured = json.loads(result.output)["measured"]
     assert measured["method"] == "slice"
-    assert measured["slice"]["blocks"] == [{"blocks": 2, "trained": 2}, {"blocks": 4, "trained": 4}, {"blocks": 3, "trained": 2}]
+    assert [(s["blocks"], s["trained"], s["synchronous"]) for s in measured["slice"]["blocks"]] == [
+        (1, 1, True), (2, 2, True), (2, 2, False), (2, 1, True)]
     assert measured["peak_with_load_bytes"] > max(measured["slice"]["peaks_bytes"])

@@ -14,7 +14,7 @@ from pathlib import Path
 from mlx_lm.tuner.trainer import TrainingArgs, TrainingCallback, train
 
 from mlxfit.build import build
-from mlxfit.steps import evaluate_synchronously, full_length_dataset, make_optimizer
+from mlxfit.steps import evaluated_synchronously, full_length_dataset, make_optimizer
 from mlxfit.training import TrainingConfig
 
 
@@ -30,11 +30,10 @@ def main():
     request = json.loads(sys.stdin.read())
     training = TrainingConfig(**request["training"])
     folder = Path(request["folder"]) if request.get("folder") else None
-    if request.get("synchronous"):
-        evaluate_synchronously()  # as the measuring child does: the same deterministic peak
-    model = build(request["config"], folder, training)
-    recorder = Recorder()
-    with tempfile.TemporaryDirectory() as tmp:
+    # Synchronously as the measuring child does when asked: the same deterministic peak.
+    with evaluated_synchronously(bool(request.get("synchronous"))), tempfile.TemporaryDirectory() as tmp:
+        model = build(request["config"], folder, training)
+        recorder = Recorder()
         args = TrainingArgs(
             batch_size=training.batch_size,
             iters=request["max_steps"],
