@@ -42,7 +42,7 @@ CONFIG_COLUMNS = (
 RESULT_COLUMNS = (
     "status", "backend", "predicted_bytes", "usable_bytes", "measured_peak_bytes", "steps_peak_bytes",
     "process_peak_bytes", "cache_bytes", "error_pct", "tokens_per_second", "seconds_per_step",
-    "steps", "wall_seconds", "reason",
+    "steps", "wall_seconds", "measured_by", "reason",
 )
 COLUMNS = CONFIG_COLUMNS + RESULT_COLUMNS
 
@@ -157,6 +157,7 @@ class Row:
     seconds_per_step: float | None = None  # mean over the steps after the first (compile)
     steps: int | None = None
     wall_seconds: float | None = None  # the whole measurement: start, build, steps
+    measured_by: str | None = None  # "full", or "slice": over what this machine can hold (mlxfit/slicing.py)
     reason: str = ""
 
     @property
@@ -227,6 +228,7 @@ class Row:
             seconds_per_step=number("seconds_per_step", float),
             steps=number("steps", int),
             wall_seconds=number("wall_seconds", float),
+            measured_by=record.get("measured_by") or None,
             reason=record.get("reason") or "",
         )
 
@@ -380,6 +382,8 @@ def measurement_row(model_id: str, planned: Planned, usable: int, m, wall: float
         seconds_per_step=round(sum(steady) / len(steady), 4) if steady else None,
         steps=m.steps,
         wall_seconds=round(wall, 2),
+        measured_by=m.method,
+        reason=f"extrapolated from {m.slice['how']}" if m.method == "slice" else "",
     )
 
 
@@ -393,8 +397,13 @@ def run_sweep(
     steps: int = measuring.DEFAULT_MAX_STEPS,
     on_event: Callable[[dict], None] = lambda e: None,
     record: bool = True,
+    local_usable_bytes: int | None = None,
+    force: bool = False,
 ) -> Iterator[tuple[Row, bool]]:
     """Run the planned combinations in order; yield (row, fresh) for each.
+
+    A run predicted over what this machine can hold (`local_usable_bytes`) is
+    measured by slice, unless `force` asks for the whole run.
 
     `stored` maps config keys to rows from an earlier, interrupted sweep: those
     come back with fresh=False and are not run again (see `reusable`). A run that
@@ -424,9 +433,9 @@ def run_sweep(
             )
             row = Row(model.id, p.training, status, backend, p.predicted_bytes, usable_bytes, reason=reason)
         else:
-            request = measuring.request_for(model, p.training, max_steps=steps)
             tic = time.monotonic()
-            m, failure = measure_once(request, timeout, on_event)
+            by_slice = not force and local_usable_bytes is not None and p.predicted_bytes > local_usable_bytes
+            m, failure = measure_once(model, p.training, steps, timeout, on_event, by_slice)
             wall = time.monotonic() - tic
             walls.append(wall)
             to_measure -= 1
@@ -482,12 +491,13 @@ class SearchRun:
     process_peak_bytes: int | None = None
     tokens_per_second: float | None = None
     reason: str = ""
+    measured_by: str | None = None  # "full" or "slice"
 
     def to_dict(self) -> dict:
         return {
             "value": self.value, "predicted_bytes": self.predicted_bytes, "fits": self.fits,
             "measured_peak_bytes": self.measured_peak_bytes, "process_peak_bytes": self.process_peak_bytes,
-            "tokens_per_second": self.tokens_per_second, "reason": self.reason,
+            "tokens_per_second": self.tokens_per_second, "measured_by": self.measured_by, "reason": self.reason,
         }
 
 
@@ -567,6 +577,7 @@ def find_max(
     steps: int = measuring.DEFAULT_MAX_STEPS,
     on_event: Callable[[dict], None] = lambda e: None,
     max_runs: int = MAX_RUNS,
+    local_usable_bytes: int | None = None,
 ) -> MaxResult:
     """The largest `setting` whose peak stays within the budget less `margin`.
 
@@ -577,6 +588,8 @@ def find_max(
     step goes is that corrected estimate's answer (see `_corrector`), kept
     between the largest value measured to fit and the smallest measured not
     to, so a few runs settle it even when the estimate is off by several steps.
+    A candidate predicted over what this machine can hold (`local_usable_bytes`:
+    a budget larger than this machine's) is measured by slice.
     """
     if setting not in SEARCH_UNITS:
         raise BadInput(f"--max takes {' or '.join(SEARCH_UNITS)}, got {setting!r}")
@@ -609,8 +622,8 @@ def find_max(
     candidate = start
     while len(runs) < max_runs:
         on_event({"event": "search", "value": candidate, "run": len(runs) + 1, "predicted_bytes": predicted(candidate)})
-        request = measuring.request_for(model, with_value(candidate), max_steps=steps)
-        m, failure = measure_once(request, timeout, on_event)
+        by_slice = local_usable_bytes is not None and predicted(candidate) > local_usable_bytes
+        m, failure = measure_once(model, with_value(candidate), steps, timeout, on_event, by_slice)
         if m is None and failure.unknown:
             # Timed out: whether it fits is unknown, so it bounds nothing. Stop
             # here: the answer is the largest value measured to fit, unsettled.
@@ -622,7 +635,7 @@ def find_max(
         else:
             peak = m.peak_with_load_bytes
             run = SearchRun(candidate, predicted(candidate), peak <= target, peak, m.process_peak_bytes,
-                            round(m.tokens_per_second, 2))
+                            round(m.tokens_per_second, 2), measured_by=m.method)
         runs.append(run)
         on_event({"event": "search_run", "run": run})
         if run.fits:
@@ -651,14 +664,30 @@ def find_max(
     return replace(result, value=best, measured=True, settled=settled, runs=tuple(runs))
 
 
-def measure_once(request: dict, timeout, on_event):
-    """(Measurement, None), or (None, the MeasurementFailed) for a run that died or
-    timed out; a Ctrl-C that stopped the child is raised again as
-    KeyboardInterrupt, not recorded as a failure."""
+def measure_once(model: ModelInfo, training: TrainingConfig, steps: int, timeout, on_event, by_slice: bool = False):
+    """(Measurement, None), or (None, the MeasurementFailed) for a run that died,
+    timed out or cannot be measured here; a Ctrl-C that stopped the child is
+    raised again as KeyboardInterrupt, not recorded as a failure. `by_slice`:
+    measure a slice of the run and extrapolate (mlxfit/slicing.py)."""
     with InterruptWatch() as watch:
         try:
+            if by_slice:
+                return _measure_by_slice(model, training, steps, timeout, on_event), None
+            request = measuring.request_for(model, training, max_steps=steps)
             return measuring.measure(request, timeout=timeout, on_event=on_event), None
         except measuring.MeasurementFailed as e:
             if watch.seen:
                 raise KeyboardInterrupt from None
             return None, e
+
+
+def _measure_by_slice(model: ModelInfo, training: TrainingConfig, steps: int, timeout, on_event):
+    from .slicing import measure_by_slices, plan_slices
+
+    try:
+        plan_slices(model.architecture, training)
+    except MlxfitError as e:
+        raise measuring.MeasurementFailed(
+            f"not measured: predicted over what this machine can hold, and {e}", kind="refused"
+        ) from e
+    return measure_by_slices(model, training, None, steps, timeout=timeout, on_event=on_event)

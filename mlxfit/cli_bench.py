@@ -118,6 +118,8 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     else:
         backend = backend or machine.backend
     calibration = local_calibration(machine, backend, model)
+    # What a measurement may take here: runs predicted over it are measured by slice.
+    local_usable = get_machine(None, None, reserve).usable_bytes if machine.hypothetical else machine.usable_bytes
     base = TrainingConfig(optimizer=optimizer, bits=bits, group_size=group_size)
     trainings = lib.combinations(model, base, sweeps)
     notes = [render_bench.hypothetical_note(machine)] if measuring and machine.hypothetical else []
@@ -128,7 +130,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         with render_bench.search_progress(setting, quiet=json_ or not measuring) as on_event:
             result = lib.find_max(
                 model, trainings[0], setting, machine.usable_bytes, backend, margin=margin, calibration=calibration,
-                measure_runs=measuring, timeout=timeout, steps=steps, on_event=on_event,
+                measure_runs=measuring, timeout=timeout, steps=steps, on_event=on_event, local_usable_bytes=local_usable,
             )
         if json_:
             render.print_json({"model": model.to_dict(), "machine": machine.to_dict(), "notes": notes, "max": result.to_dict()})
@@ -152,7 +154,8 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     rows, resumed, interrupted = [], 0, False
     with render_bench.sweep_progress(len(planned), varying, quiet=json_ or not measuring) as on_event:
         try:
-            for row, fresh in lib.run_sweep(model, planned, machine.usable_bytes, backend, stored, timeout, steps, on_event):
+            for row, fresh in lib.run_sweep(model, planned, machine.usable_bytes, backend, stored, timeout, steps, on_event,
+                                            local_usable_bytes=local_usable, force=force):
                 rows.append(row)
                 if fresh and log is not None:
                     log.append(row)

@@ -34,7 +34,8 @@ class MeasurementFailed(MlxfitError):
     """The run died; the message says where and after how much memory.
 
     `kind`: "timeout" (stopped by --timeout: whether it fits is unknown),
-    "interrupted" (Ctrl-C), or "died" (out of memory, a crash, bad input)."""
+    "interrupted" (Ctrl-C), "refused" (not run: it cannot be measured here), or
+    "died" (out of memory, a crash, bad input)."""
 
     def __init__(self, message: str, kind: str = "died"):
         super().__init__(message)
@@ -43,7 +44,7 @@ class MeasurementFailed(MlxfitError):
     @property
     def unknown(self) -> bool:
         """Nothing was learnt about whether the run fits."""
-        return self.kind in ("timeout", "interrupted")
+        return self.kind in ("timeout", "interrupted", "refused")
 
 
 class MeasurementInterrupted(MeasurementFailed):

@@ -186,7 +186,8 @@ def search_progress(setting: str, quiet: bool = False):
             elif kind == "search_run":
                 run = event["run"]
                 line = Text(f"  {SETTING_WORDS[setting]} {run.value}: ")
-                line.append(f"measured {size(run.measured_peak_bytes)} " if run.measured_peak_bytes else f"{run.reason} ")
+                by = " by slice" if run.measured_by == "slice" else ""
+                line.append(f"measured {size(run.measured_peak_bytes)}{by} " if run.measured_peak_bytes else f"{run.reason} ")
                 line.append(run_word(run.fits))
                 progress.console.print(line)
 
@@ -211,7 +212,8 @@ def render_header(machine, model, training, varying: list[str], out=None, measur
 
 def hypothetical_note(machine) -> str:
     return (f"the runs are measured on this machine, with its own backend and memory, and judged against the "
-            f"hypothetical budget of {size(machine.usable_bytes)}: a measured peak is this machine's, not that one's")
+            f"hypothetical budget of {size(machine.usable_bytes)}: a measured peak is this machine's, not that one's; "
+            "a run predicted over what this machine can hold is measured by slice")
 
 
 def number(n_bytes: int | None, unit: tuple[str, int, int]) -> str:
@@ -296,7 +298,8 @@ def render_max(result: MaxResult) -> None:
         for title in ("run", words, "predicted", "measured", "result"):
             table.add_column(title, justify="right" if title != "result" else "left")
         for i, r in enumerate(result.runs, 1):
-            table.add_row(str(i), str(r.value), size(r.predicted_bytes), size(r.measured_peak_bytes) or r.reason,
+            measured = size(r.measured_peak_bytes) + (" (slice)" if r.measured_by == "slice" else "")
+            table.add_row(str(i), str(r.value), size(r.predicted_bytes), measured if r.measured_peak_bytes else r.reason,
                           run_word(r.fits))
         console.print(table)
     elif result.value is not None:

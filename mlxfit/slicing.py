@@ -31,6 +31,7 @@ from .training import TrainingConfig
 
 
 SYNCHRONOUS_STEPS = 4  # Adam's state exists from the second step; two more to reach the peak
+SYNCHRONOUS_SPAN = 3  # blocks in the deeper synchronous slice, at least (whole periods)
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,8 @@ class SlicePlan:
         return int(round(peak))
 
     def describe(self) -> str:
-        shapes = dict.fromkeys((s.trained, s.frozen) for s in self.slices)
-        parts = [f"{t} trained" + (f" + {f} frozen" if f else "") for t, f in shapes]
+        shapes = sorted({(s.frozen, s.trained) for s in self.slices})
+        parts = [f"{t} trained" + (f" + {f} frozen" if f else "") for f, t in shapes]
         return f"slices of {', '.join(parts)} of the {self.total} blocks (period {self.period})"
 
     def to_dict(self) -> dict:
@@ -121,16 +122,20 @@ def period(blocks: tuple[Block, ...]) -> int:
 
 
 def plan_slices(arch: Architecture, training: TrainingConfig) -> SlicePlan:
-    """One period of the trained blocks and two, synchronously, then two as mlx-lm
-    runs them; one frozen period in front of the first where the run has frozen
-    blocks. A run with fewer than two periods of trained blocks has them measured
-    whole."""
+    """One period of the trained blocks and at least three blocks' worth of whole
+    periods, synchronously; two periods as mlx-lm runs them; one frozen period in
+    front of the first where the run has frozen blocks. A run with fewer than two
+    periods of trained blocks has them measured whole."""
     total = arch.num_layers
     n = training.layers_trained(total)
     p = period(arch.blocks[total - n:])
     frozen = total - n
     if n >= 2 * p:
-        slices = [Slice(p, p), Slice(2 * p, 2 * p), Slice(2 * p, 2 * p, synchronous=False)]
+        # A synchronous peak still moves by about one activation from run to run:
+        # slices at least two blocks apart halve what that does per block.
+        deeper = p * max(2, -(-SYNCHRONOUS_SPAN // p))
+        deeper = deeper if deeper <= n else 2 * p
+        slices = [Slice(p, p), Slice(deeper, deeper), Slice(2 * p, 2 * p, synchronous=False)]
     elif frozen:
         slices = [Slice(n, n), Slice(n, n, synchronous=False)]
     else:

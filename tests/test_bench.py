@@ -425,3 +425,51 @@ def test_measuring_against_a_hypothetical_budget_says_so_first(small, fake):
     assert flat.index("hypothetical budget") < flat.index("predicted")  # up front, before any result
     assert run_json(*args)["notes"] and not run_json(*args, "--estimate-only")["notes"]
     assert "hypothetical budget" not in run(*args, "--estimate-only").output
+
+
+# --- runs over what this machine can hold: measured by slice --------------------
+
+SMALL4 = dict(SMALL, num_hidden_layers=4)  # deep enough to slice (slices of 1 and 2 blocks)
+
+
+@pytest.fixture
+def small4(model_folder, platform):
+    """A machine whose 30 MB budget holds a 4-block run at batch 1 (~14 MB) but not at 4 (~38 MB)."""
+    import dataclasses
+
+    platform(dataclasses.replace(LINUX_CPU, system_total=40 * 10**6, system_used=0, system_available=40 * 10**6))
+    return str(model_folder(SMALL4, name="small4"))
+
+
+def test_a_sweep_measures_by_slice_what_this_machine_cannot_hold(small4):
+    """Against a hypothetical budget larger than this machine, a run predicted over
+    what this machine can hold is measured by slice (for real), the others whole."""
+    data = run_json("--model", small4, "--num-layers", "-1", "--batch-size", "1,4", "--max-seq-length", "128",
+                    "--memory", "200MB")
+    rows = {row["batch_size"]: row for row in data["rows"]}
+    assert [rows[b]["measured_by"] for b in (1, 4)] == ["full", "slice"]
+    assert all(row["status"] == "measured" for row in rows.values())
+    assert rows[4]["reason"].startswith("extrapolated from slices of 1 trained, 2 trained, 3 trained of the 4 blocks")
+    assert rows[4]["measured_peak_bytes"] > rows[1]["measured_peak_bytes"]
+    assert "measured by slice" in data["notes"][0]
+
+
+def test_max_measures_by_slice_the_candidates_this_machine_cannot_hold(small4, fake, monkeypatch):
+    from dataclasses import replace
+
+    full = fake()
+    sliced = []
+
+    def by_slice(model, training, length, max_steps, timeout=None, on_event=lambda e: None):
+        sliced.append(training.batch_size)
+        m = full({"config": model.config, "training": training.to_dict(), "length": training.max_seq_length})
+        return replace(m, method="slice", slice={"how": "slices"})
+
+    monkeypatch.setattr("mlxfit.slicing.measure_by_slices", by_slice)
+    data = run_json("--model", small4, "--num-layers", "-1", "--max-seq-length", "128", "--max", "batch_size",
+                    "--memory", "200MB")
+    runs = data["max"]["runs"]
+    local_usable = 30 * 10**6
+    assert runs and sliced, runs
+    for r in runs:
+        assert r["measured_by"] == ("slice" if r["predicted_bytes"] > local_usable else "full"), r

@@ -24,11 +24,13 @@ def llama16():
 
 def test_slices_of_a_uniform_model():
     arch = llama16().architecture
-    # One block and two, synchronously; two as mlx-lm runs them.
+    # One block and three, synchronously; two as mlx-lm runs them.
     as_run = Slice(2, 2, synchronous=False)
-    assert plan_slices(arch, TrainingConfig(num_layers=-1)).slices == (Slice(1, 1), Slice(2, 2), as_run)
+    assert plan_slices(arch, TrainingConfig(num_layers=-1)).slices == (Slice(1, 1), Slice(3, 3), as_run)
     # Frozen leading blocks: one more slice with a frozen block in front.
-    assert plan_slices(arch, TrainingConfig(num_layers=8)).slices == (Slice(1, 1), Slice(2, 2), as_run, Slice(2, 1))
+    assert plan_slices(arch, TrainingConfig(num_layers=8)).slices == (Slice(1, 1), Slice(3, 3), as_run, Slice(2, 1))
+    # Two trained blocks: the synchronous slices are one block apart.
+    assert plan_slices(arch, TrainingConfig(num_layers=2)).slices == (Slice(1, 1), Slice(2, 2), as_run, Slice(2, 1))
     # One trained block is measured whole, with a frozen one in front.
     assert plan_slices(arch, TrainingConfig(num_layers=1)).slices == (Slice(1, 1), Slice(1, 1, False), Slice(2, 1))
 
@@ -55,11 +57,11 @@ def test_a_model_too_shallow_to_slice_is_measured_whole():
 
 
 def test_extrapolation_is_linear_in_trained_and_frozen_blocks():
-    slices = (Slice(1, 1), Slice(2, 2), Slice(2, 2, synchronous=False), Slice(2, 1))
+    slices = (Slice(1, 1), Slice(3, 3), Slice(2, 2, synchronous=False), Slice(2, 1))
     plan = SlicePlan(total=16, trained=8, period=1, slices=slices)
     # Synchronously 100 + 10 per trained block and 3 per frozen block; the slice run
     # ahead holds 25 more, which does not grow with depth.
-    assert plan.extrapolate([110, 120, 145, 113]) == 145 + 6 * 10 + 8 * 3
+    assert plan.extrapolate([110, 130, 145, 113]) == 145 + 6 * 10 + 8 * 3
 
 
 def test_slice_agrees_with_a_full_measurement(tmp_path):
@@ -69,7 +71,7 @@ def test_slice_agrees_with_a_full_measurement(tmp_path):
     assert sliced.method == "slice" and full.method == "full"
     assert sliced.peak_with_load_bytes == pytest.approx(full.peak_with_load_bytes, rel=0.03)
     assert sliced.slice["peak_bytes"] < 0.5 * full.peak_with_load_bytes
-    assert [s["blocks"] for s in sliced.slice["blocks"]] == [1, 2, 2] and len(sliced.slice["peaks_bytes"]) == 3
+    assert [s["blocks"] for s in sliced.slice["blocks"]] == [1, 3, 2] and len(sliced.slice["peaks_bytes"]) == 3
 
 
 def test_probe_measures_by_slice_a_run_that_would_not_fit(model_folder, platform, tmp_path):
@@ -84,5 +86,5 @@ def test_probe_measures_by_slice_a_run_that_would_not_fit(model_folder, platform
     measured = json.loads(result.output)["measured"]
     assert measured["method"] == "slice"
     assert [(s["blocks"], s["trained"], s["synchronous"]) for s in measured["slice"]["blocks"]] == [
-        (1, 1, True), (2, 2, True), (2, 2, False), (2, 1, True)]
+        (1, 1, True), (3, 3, True), (2, 2, False), (2, 1, True)]
     assert measured["peak_with_load_bytes"] > max(measured["slice"]["peaks_bytes"])
