@@ -378,7 +378,7 @@ def measurement_row(model_id: str, planned: Planned, usable: int, m, wall: float
         steps_peak_bytes=m.peak_bytes,
         process_peak_bytes=m.process_peak_bytes,
         cache_bytes=m.cache_bytes,
-        tokens_per_second=round(m.tokens_per_second, 2),
+        tokens_per_second=round(m.tokens_per_second, 2) if steady else None,
         seconds_per_step=round(sum(steady) / len(steady), 4) if steady else None,
         steps=m.steps,
         wall_seconds=round(wall, 2),
@@ -634,8 +634,9 @@ def find_max(
             run = SearchRun(candidate, predicted(candidate), False, reason=str(failure))
         else:
             peak = m.peak_with_load_bytes
-            run = SearchRun(candidate, predicted(candidate), peak <= target, peak, m.process_peak_bytes,
-                            round(m.tokens_per_second, 2), measured_by=m.method)
+            speed = round(m.tokens_per_second, 2) if m.step_seconds else None
+            run = SearchRun(candidate, predicted(candidate), peak <= target, peak, m.process_peak_bytes, speed,
+                            measured_by=m.method)
         runs.append(run)
         on_event({"event": "search_run", "run": run})
         if run.fits:

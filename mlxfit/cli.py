@@ -256,8 +256,8 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
         )
     if not quiet:
         render.print_hanging(
-            f"[bold]Slice[/]    measuring {slices.describe()}: {len(slices.slices)} short runs of "
-            f"{steps} steps at most, each about {format_gb(need)} at most, extrapolated to the whole model",
+            f"[bold]Slice[/]    measuring {slices.describe()}: {len(slices.slices)} short runs in one process, "
+            f"each about {format_gb(need)} at most, extrapolated to the whole model",
         )
     with render.measure_progress(quiet=quiet) as on_event:
         return measure_by_slices(plan.model, plan.training, plan.length, steps, timeout=timeout, on_event=on_event)

@@ -99,8 +99,10 @@ def row_line(row: Row, name: str) -> Text:
     text = Text(f"  {name}: ")
     if row.status == MEASURED:
         word = verdict(row.measured_peak_bytes, row.usable_bytes)
-        text.append(f"predicted {size(row.predicted_bytes)}, measured {size(row.measured_peak_bytes)} ({row.error_pct:+.1f}%), "
-                    f"process {size(row.process_peak_bytes)}, {row.tokens_per_second:,.0f} tok/s ")
+        by = " by slice" if row.measured_by == "slice" else ""
+        rate = f", {row.tokens_per_second:,.0f} tok/s" if row.tokens_per_second is not None else ""
+        text.append(f"predicted {size(row.predicted_bytes)}, measured{by} {size(row.measured_peak_bytes)} ({row.error_pct:+.1f}%), "
+                    f"process {size(row.process_peak_bytes)}{rate} ")
         text.append(word, style=VERDICT_STYLE[word])
     elif row.status == FAILED:
         text.append("failed", style="bold red")
@@ -216,6 +218,11 @@ def hypothetical_note(machine) -> str:
             "a run predicted over what this machine can hold is measured by slice")
 
 
+def rate_cell(value: float | None, spec: str) -> str:
+    """tok/s or s/step; blank for a run measured by slice (a slice's speed is not the run's)."""
+    return "" if value is None else format(value, spec)
+
+
 def number(n_bytes: int | None, unit: tuple[str, int, int]) -> str:
     """A table cell in the table's unit (named in the column title)."""
     if n_bytes is None:
@@ -250,7 +257,7 @@ def render_sweep(rows: list[Row], varying: list[str], usable_bytes: int, interru
         cells.append(number(row.predicted_bytes, unit))
         if measured and row.status == MEASURED:
             cells += [number(row.measured_peak_bytes, unit), f"{row.error_pct:+.0f}%", number(row.process_peak_bytes, unit),
-                      f"{row.tokens_per_second:.0f}", f"{row.seconds_per_step:.2f}"]
+                      rate_cell(row.tokens_per_second, ".0f"), rate_cell(row.seconds_per_step, ".2f")]
         elif measured:
             cells += [""] * 5
         if row.reason:
@@ -287,8 +294,9 @@ def render_max(result: MaxResult) -> None:
     if result.measured:
         run = result.answer_run
         if run is not None:
-            console.print(f"  measured peak {size(run.measured_peak_bytes)} (process {size(run.process_peak_bytes)}, "
-                          f"{run.tokens_per_second:,.0f} tok/s)")
+            by = " by slice" if run.measured_by == "slice" else ""
+            rate = f", {run.tokens_per_second:,.0f} tok/s" if run.tokens_per_second is not None else ""
+            console.print(f"  measured peak{by} {size(run.measured_peak_bytes)} (process {size(run.process_peak_bytes)}{rate})")
         console.print(f"  {len(result.runs)} measured run{'s' if len(result.runs) != 1 else ''}; "
                       f"the estimate alone said {result.estimate_value} ({size(result.estimate_bytes)})")
         if not result.settled and not result.unknown:
