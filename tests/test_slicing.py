@@ -64,13 +64,16 @@ def test_extrapolation_is_linear_in_trained_and_frozen_blocks():
     assert plan.extrapolate([110, 130, 113], ahead_peak=155) == 155 + 5 * 10 + 8 * 3
 
 
-def test_slice_agrees_with_a_full_measurement(tmp_path):
-    model, training = llama16(), TrainingConfig(batch_size=2, max_seq_length=256, num_layers=-1)
+@pytest.mark.parametrize("flags, batch, length", [({}, 2, 256), ({"quantize": True}, 1, 128)], ids=["lora", "qlora"])
+def test_slice_agrees_with_a_full_measurement(flags, batch, length):
+    """QLoRA read 9.9% high while the per-block increase was taken from slices run
+    ahead of the CPU worker (what is queued at a peak differs between slices)."""
+    model, training = llama16(), TrainingConfig(batch_size=batch, max_seq_length=length, num_layers=-1, **flags)
     sliced = measure_by_slices(model, training, None, max_steps=6, timeout=300)
     full = measure(request_for(model, training, max_steps=6), timeout=300)
     assert sliced.method == "slice" and full.method == "full"
     assert sliced.peak_with_load_bytes == pytest.approx(full.peak_with_load_bytes, rel=0.03)
-    assert sliced.slice["peak_bytes"] < 0.5 * full.peak_with_load_bytes
+    assert sliced.slice["peak_bytes"] < 0.45 * full.peak_with_load_bytes
     assert [s["blocks"] for s in sliced.slice["blocks"]] == [1, 3] and len(sliced.slice["peaks_bytes"]) == 2
 
 
