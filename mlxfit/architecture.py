@@ -11,7 +11,7 @@ table: a new mlx-lm model file is sized the day it is installed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -90,6 +90,9 @@ class Architecture:
     lm_head_params: int
     other_params: int  # final norm and anything else outside the blocks
     softcap: bool = False  # gemma2: tanh capping of scores and logits
+    # Figures worked out once from the blocks (mlxfit/estimate.py); a copy made by
+    # dataclasses.replace starts empty.
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def num_layers(self) -> int:

@@ -235,20 +235,53 @@ def _lora_types():
     return switch, lora, dora
 
 
+def _kept(model: nn.Module) -> dict:
+    """What this module found out about a built model, kept on the model itself
+    (an attribute starting with "_" is no parameter): sizing a plan asks the same
+    model dozens of times, and each answer only needs each block walked once."""
+    kept = getattr(model, "_mlxfit_kept", None)
+    if kept is None:
+        kept = {}
+        object.__setattr__(model, "_mlxfit_kept", kept)
+    return kept
+
+
+def _once(model: nn.Module, key, compute):
+    kept = _kept(model)
+    if key not in kept:
+        kept[key] = compute()
+    return kept[key]
+
+
+def block_modules(model: nn.Module, i: int | None) -> list[tuple[str, nn.Module]]:
+    """(path, module) of block i (None: the whole model), walked once per model."""
+    return _once(model, ("modules", i), lambda: module_tree.modules(model if i is None else model.layers[i]))
+
+
+def block_arrays(model: nn.Module, i: int) -> list[tuple[str, mx.array]]:
+    """module_tree.arrays of block i, walked once per model."""
+    return _once(model, ("arrays", i), lambda: module_tree.arrays(model.layers[i]))
+
+
+def nbytes(model: nn.Module) -> int:
+    """module_tree.nbytes of the whole model, walked once."""
+    return _once(model, "nbytes", lambda: module_tree.nbytes(model))
+
+
+def block_nbytes(model: nn.Module, i: int) -> int:
+    return _once(model, ("nbytes", i), lambda: sum(a.nbytes for _, a in block_arrays(model, i)))
+
+
 def default_lora_keys(model: nn.Module) -> set[str]:
     """Every Linear / SwitchLinear / Embedding (or module with to_lora) of any block,
-    found once per model (kept on it: a name starting with "_" is no parameter)."""
-    keys = getattr(model, "_mlxfit_lora_keys", None)
-    if keys is None:
-        keys = _default_lora_keys(model)
-        object.__setattr__(model, "_mlxfit_lora_keys", keys)
-    return keys
+    found once per model."""
+    return _once(model, "lora_keys", lambda: _default_lora_keys(model))
 
 
 def _default_lora_keys(model: nn.Module) -> set[str]:
     switch, _, _ = _lora_types()
     types = (nn.Linear, nn.QuantizedLinear, switch.SwitchLinear, switch.QuantizedSwitchLinear, nn.Embedding, nn.QuantizedEmbedding)
-    return {path for layer in model.layers for path, module in module_tree.modules(layer)
+    return {path for i in range(len(model.layers)) for path, module in block_modules(model, i)
             if path and (hasattr(module, "to_lora") or isinstance(module, types))}
 
 
@@ -274,24 +307,43 @@ def adapted_modules(model: nn.Module, num_layers: int, keys) -> list[tuple[int |
     linear_to_lora_layers converts: `keys` inside the last num_layers blocks,
     and top-level modules whose full path is a key."""
     keys = set(keys)
-    layers = model.layers
-    n = len(layers) if num_layers < 0 else num_layers
     found = []
-    for i in range(len(layers) - n, len(layers)):
-        found += [(i, k, m) for k, m in module_tree.modules(layers[i]) if k in keys]
-    found += [(None, k, m) for k, m in module_tree.modules(model) if k in keys]
+    for i in (*_last_blocks(model, num_layers), None):
+        found += [(i, k, m) for k, m in block_modules(model, i) if k in keys]
     return found
+
+
+def _last_blocks(model: nn.Module, num_layers: int) -> range:
+    layers = len(model.layers)
+    n = layers if num_layers < 0 else num_layers
+    return range(layers - n, layers)
 
 
 def adapter_parameters(model: nn.Module, num_layers: int, rank: int, dora: bool, keys=None,
                        scale: float = 20.0, dropout: float = 0.0) -> list[tuple[str, mx.array]]:
     """The trainable arrays linear_to_lora_layers adds (float32 lora_a/lora_b,
     DoRA's magnitude), built on the frozen base without changing the model."""
-    keys = default_lora_keys(model) if keys is None else keys
-    params, seen = [], {}
-    for i, path, module in adapted_modules(model, num_layers, keys):
+    keys = frozenset(default_lora_keys(model) if keys is None else keys)
+    return [param for i in (*_last_blocks(model, num_layers), None)
+            for param in _block_adapters(model, i, rank, dora, keys, scale, dropout)]
+
+
+def _block_adapters(model: nn.Module, i: int | None, rank: int, dora: bool, keys: frozenset, scale: float,
+                    dropout: float) -> list[tuple[str, mx.array]]:
+    """adapter_parameters of block i (None: the top-level modules), once per model."""
+    return _once(model, ("adapters", i, rank, dora, keys, scale, dropout),
+                 lambda: _convert(model, i, rank, dora, keys, scale, dropout))
+
+
+def _convert(model: nn.Module, i: int | None, rank: int, dora: bool, keys: frozenset, scale: float,
+             dropout: float) -> list[tuple[str, mx.array]]:
+    # Layers of one type and shape get adapters of one shape: convert one of each.
+    seen = _once(model, ("converted", rank, dora, scale, dropout), dict)
+    params = []
+    for path, module in block_modules(model, i):
+        if path not in keys:
+            continue
         prefix = f"layers.{i}.{path}" if i is not None else path
-        # Layers of one type and shape get adapters of one shape: convert one of each.
         signature = (type(module), tuple(module["weight"].shape) if "weight" in module else None,
                      getattr(module, "bits", None), getattr(module, "group_size", None))
         if signature not in seen:
@@ -307,6 +359,4 @@ def adapter_parameters(model: nn.Module, num_layers: int, rank: int, dora: bool,
 
 def full_parameters(model: nn.Module, num_layers: int) -> list[tuple[str, mx.array]]:
     """mlx_lm/lora.py, fine_tune_type full: only the last num_layers blocks unfreeze."""
-    layers = model.layers
-    n = len(layers) if num_layers < 0 else num_layers
-    return [(f"layers.{i}.{k}", v) for i in range(len(layers) - n, len(layers)) for k, v in module_tree.arrays(layers[i])]
+    return [(f"layers.{i}.{k}", v) for i in _last_blocks(model, num_layers) for k, v in block_arrays(model, i)]
