@@ -90,7 +90,7 @@ def counted(model: ModelInfo, training: TrainingConfig) -> tuple[int, tuple]:
     of every trainable array), from mlx-lm's own model built lazily."""
     keys = tuple(sorted(training.lora_keys)) if training.lora_keys is not None else None
     return _counted(
-        lazy_model.config_key(model.config), *_qlora_bits(model, training),
+        model.config_key, *_qlora_bits(model, training),
         training.fine_tune_type, training.num_layers, training.rank, keys, model.slice_blocks,
     )
 
@@ -99,7 +99,7 @@ def counted_totals(model: ModelInfo, training: TrainingConfig) -> tuple[int, int
     """(base bytes, trainable elements, trainable bytes, optimizer state bytes)."""
     keys = tuple(sorted(training.lora_keys)) if training.lora_keys is not None else None
     return _totals(
-        lazy_model.config_key(model.config), *_qlora_bits(model, training),
+        model.config_key, *_qlora_bits(model, training),
         training.fine_tune_type, training.num_layers, training.rank, keys, model.slice_blocks, training.optimizer,
     )
 

@@ -253,19 +253,24 @@ def _once(model: nn.Module, key, compute):
     return kept[key]
 
 
+def block_tree(model: nn.Module, i: int | None) -> list:
+    """module_tree.walk of block i (None: the whole model), walked once per model."""
+    return _once(model, ("tree", i), lambda: module_tree.walk(model if i is None else model.layers[i]))
+
+
 def block_modules(model: nn.Module, i: int | None) -> list[tuple[str, nn.Module]]:
-    """(path, module) of block i (None: the whole model), walked once per model."""
-    return _once(model, ("modules", i), lambda: module_tree.modules(model if i is None else model.layers[i]))
+    """module_tree.modules of block i (None: the whole model)."""
+    return _once(model, ("modules", i), lambda: [(k, m) for k, m in block_tree(model, i) if isinstance(m, nn.Module)])
 
 
-def block_arrays(model: nn.Module, i: int) -> list[tuple[str, mx.array]]:
-    """module_tree.arrays of block i, walked once per model."""
-    return _once(model, ("arrays", i), lambda: module_tree.arrays(model.layers[i]))
+def block_arrays(model: nn.Module, i: int | None) -> list[tuple[str, mx.array]]:
+    """module_tree.arrays of block i (None: the whole model)."""
+    return _once(model, ("arrays", i), lambda: [(k, a) for k, a in block_tree(model, i) if isinstance(a, mx.array)])
 
 
 def nbytes(model: nn.Module) -> int:
-    """module_tree.nbytes of the whole model, walked once."""
-    return _once(model, "nbytes", lambda: module_tree.nbytes(model))
+    """module_tree.nbytes of the whole model."""
+    return _once(model, "nbytes", lambda: sum(a.nbytes for _, a in block_arrays(model, None)))
 
 
 def block_nbytes(model: nn.Module, i: int) -> int:

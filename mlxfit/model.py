@@ -7,13 +7,13 @@ import json
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from . import data_text
 from .architecture import Architecture, architecture_from_config
 from .errors import BadInput, MlxfitError
-from .lazy_model import NotSizable, UnknownModelType, text_config
+from .lazy_model import NotSizable, UnknownModelType, config_key, text_config
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"  # mlx_lm.lora's own default model
 _BARE_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bBmM])\s*$")
@@ -42,6 +42,12 @@ class ModelInfo:
     @property
     def quantized(self) -> bool:
         return self.bits < 16
+
+    @cached_property
+    def config_key(self) -> str:
+        """The config as the key its lazily built models are cached by (made once:
+        a plan sizes a few hundred runs of one model)."""
+        return config_key(self.config)
 
     def to_dict(self) -> dict:
         return {
