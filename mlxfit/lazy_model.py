@@ -19,6 +19,7 @@ tests/test_lazy_model.py pins each copy against the real function.
 
 from __future__ import annotations
 
+import copy
 import json
 from functools import lru_cache
 
@@ -171,10 +172,79 @@ def convert_predicate(model: nn.Module, group_size: int, overrides: dict | None 
 
 
 def quantize(model: nn.Module, bits: int, group_size: int, mode: str = "affine", overrides: dict | None = None) -> None:
+    """nn.quantize(model, group_size, bits, mode=mode, class_predicate=convert_predicate(...)),
+    as mlx_lm.convert -q and load_model call it, without mlx.nn's generic tree
+    machinery (module_tree.leaf_modules walks the same layers) and with each
+    distinct layer quantized once: MLX's to_quantized makes the first of each kind,
+    and layers of the same type, arrays and arguments get a copy of it (the arrays
+    are lazy: their values never matter here, their shapes and dtypes are what
+    to_quantized made). A model of 28 blocks has 196 linears of 7 kinds."""
+    predicate = convert_predicate(model, group_size, overrides)
     try:
-        nn.quantize(model, group_size, bits, mode=mode, class_predicate=convert_predicate(model, group_size, overrides))
+        made = {}
+        replacements = []
+        for path, module in module_tree.leaf_modules(model):
+            if not (wanted := predicate(path, module)):
+                continue
+            kwargs = _quantize_kwargs(module, wanted, group_size, bits, mode)
+            kind = _kind_of_layer(module, kwargs)
+            if kind is None or kind not in made:
+                layer = module.to_quantized(**kwargs)
+                if kind is not None:
+                    made[kind] = layer
+            else:
+                layer = _twin(made[kind])
+            replacements.append((path, layer))
     except (TypeError, ValueError, AttributeError) as e:
         raise MlxfitError(f"mlx-lm cannot quantize this model ({bits} bits, group {group_size}): {_first_line(e)}") from e
+    for path, layer in replacements:
+        _replace(model, path, layer)
+
+
+def _quantize_kwargs(module: nn.Module, wanted, group_size, bits, mode) -> dict:
+    """mlx/nn/layers/quantized.py quantize's _maybe_quantize: to_quantized's arguments."""
+    if not hasattr(module, "to_quantized"):
+        raise ValueError(f"Unable to quantize model of type {type(module)}")
+    if isinstance(wanted, bool):
+        return {"group_size": group_size, "bits": bits, "mode": mode}
+    if isinstance(wanted, dict):
+        if "quantize_input" in wanted and not wanted["quantize_input"]:
+            wanted.pop("quantize_input")
+        return wanted
+    raise ValueError("``class_predicate`` must return a bool or a dict of parameters to pass to ``to_quantized``")
+
+
+def _kind_of_layer(module: nn.Module, kwargs: dict):
+    """What to_quantized's result depends on: the layer's type, plain attributes,
+    arrays' names, shapes and dtypes, and the arguments (None: not hashable)."""
+    attributes = tuple(sorted((k, v) for k, v in vars(module).items()
+                              if not k.startswith("_") and isinstance(v, (int, float, str, bool, type(None)))))
+    arrays = tuple((k, tuple(a.shape), a.dtype) for k, a in module_tree.walk(module) if isinstance(a, mx.array))
+    kind = (type(module), attributes, arrays, tuple(sorted(kwargs.items())))
+    try:
+        hash(kind)
+    except TypeError:
+        return None
+    return kind
+
+
+def _twin(layer: nn.Module) -> nn.Module:
+    """A copy of a quantized layer: its own module (and frozen set), the same lazy arrays."""
+    twin = copy.copy(layer)
+    twin._no_grad = set(layer._no_grad)
+    return twin
+
+
+def _replace(model: nn.Module, path: str, layer: nn.Module) -> None:
+    """Module.update_modules for one dotted path (lists indexed by number)."""
+    *parents, last = path.split(".")
+    node = model
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if isinstance(node, list):
+        node[int(last)] = layer
+    else:
+        node[last] = layer
 
 
 def _apply_saved_quantization(model: nn.Module, quant: dict) -> None:
