@@ -279,8 +279,10 @@ def config_key(config: dict) -> str:
 @lru_cache(maxsize=16)
 def model_for_key(key: str, bits: int | None = None, group_size: int | None = None) -> nn.Module:
     """base_model, for a config already made a key (config_key)."""
-    model = build(json.loads(key))
-    if bits is not None:
+    if bits is None:
+        model = build(json.loads(key))
+    else:  # the built model, copied (building it again takes longer), then quantized
+        model = _copy_tree(model_for_key(key))
         quantize(model, bits, group_size)
     try:
         # mlx_lm/lora.py train_model freezes the model first (adapted layers are
@@ -289,6 +291,26 @@ def model_for_key(key: str, bits: int | None = None, group_size: int | None = No
     except AttributeError as e:  # a model class that never ran nn.Module.__init__
         raise NotSizable(f"mlx-lm cannot train its {type(model).__module__.split('.')[-1]!r} model: {_first_line(e)}") from e
     return model
+
+
+def _copy_tree(value):
+    """A built model's module tree copied: new modules, dicts, lists and tuples
+    holding the same (lazy, never evaluated) arrays. Each module keeps its
+    attributes and a copy of its frozen set, not what sizing kept on it."""
+    if isinstance(value, nn.Module):
+        twin = type(value).__new__(type(value))
+        state = {k: v for k, v in vars(value).items() if k != "_mlxfit_kept"}
+        if isinstance(state.get("_no_grad"), set):
+            state["_no_grad"] = set(state["_no_grad"])
+        twin.__dict__.update(state)
+        for k, v in value.items():
+            dict.__setitem__(twin, k, _copy_tree(v))
+        return twin
+    if type(value) is dict:
+        return {k: _copy_tree(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_copy_tree(v) for v in value)
+    return value
 
 
 def base_model(config: dict, bits: int | None = None, group_size: int | None = None) -> nn.Module:
