@@ -282,7 +282,7 @@ def model_for_key(key: str, bits: int | None = None, group_size: int | None = No
     if bits is None:
         model = build(json.loads(key))
     else:  # the built model, copied (building it again takes longer), then quantized
-        model = _copy_tree(model_for_key(key))
+        model = _copy_tree(model_for_key(key, None, None))  # as base_model asks for it (one cache entry)
         quantize(model, bits, group_size)
     try:
         # mlx_lm/lora.py train_model freezes the model first (adapted layers are
