@@ -15,6 +15,14 @@ does on load and before training, without evaluating anything:
 The two functions of mlx-lm that cannot be imported without transformers
 (the quantization walk and the LoRA key selection) are copied here;
 tests/test_lazy_model.py pins each copy against the real function.
+
+Sizing a plan asks one built model a few hundred questions (its remedies), so
+what is walked or converted is kept on the model (`_kept`): each block is
+walked once, each kind of layer converted to LoRA or quantized once, and QLoRA's
+quantized base is a copy of the built model, not a second build. nn.quantize's
+walk is redone without mlx.nn's generic tree machinery;
+tests/test_architecture.py pins it against Module.leaf_modules and every count
+against the model mlx-lm loads.
 """
 
 from __future__ import annotations
@@ -397,17 +405,6 @@ def to_lora(module: nn.Module, rank: int, scale: float, dropout: float, dora: bo
     else:
         raise MlxfitError(f"Can't convert layer of type {type(module).__name__} to LoRA")
     return layer.from_base(module, r=rank, scale=scale, dropout=dropout)
-
-
-def adapted_modules(model: nn.Module, num_layers: int, keys) -> list[tuple[int | None, str, nn.Module]]:
-    """(block index or None for a top-level module, path, module) that
-    linear_to_lora_layers converts: `keys` inside the last num_layers blocks,
-    and top-level modules whose full path is a key."""
-    keys = set(keys)
-    found = []
-    for i in (*_last_blocks(model, num_layers), None):
-        found += [(i, k, m) for k, m in block_modules(model, i) if k in keys]
-    return found
 
 
 def _last_blocks(model: nn.Module, num_layers: int) -> range:
