@@ -78,6 +78,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mlxfit-startup-") as tmp:
         # No stored calibration, no network: the same answer every run.
         env = dict(os.environ, MLXFIT_CACHE_DIR=tmp, HF_HUB_OFFLINE="1")
+        # pip compiles an installed package's .pyc files; a checkout run with
+        # PYTHONDONTWRITEBYTECODE set would compile every module on every run
+        # instead, so the warm-up run writes them here as an install would.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         commands = {
             "python -c pass": [sys.executable, "-c", "pass"],
             "mlxfit --version": [*mlxfit_command(), "--version"],

@@ -11,7 +11,7 @@ table: a new mlx-lm model file is sized the day it is installed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -90,14 +90,19 @@ class Architecture:
     lm_head_params: int
     other_params: int  # final norm and anything else outside the blocks
     softcap: bool = False  # gemma2: tanh capping of scores and logits
+    # Figures worked out once from the blocks (mlxfit/estimate.py); a copy made by
+    # dataclasses.replace starts empty.
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def num_layers(self) -> int:
         return len(self.blocks)
 
     def _typical(self, name: str) -> int:
-        values = [getattr(b, name) for b in self.blocks if getattr(b, name)]
-        return max(set(values), key=values.count) if values else 0
+        if ("typical", name) not in self.memo:
+            values = [getattr(b, name) for b in self.blocks if getattr(b, name)]
+            self.memo["typical", name] = max(set(values), key=values.count) if values else 0
+        return self.memo["typical", name]
 
     @property
     def num_heads(self) -> int:
@@ -129,7 +134,9 @@ class Architecture:
 
     @property
     def kinds(self) -> list[str]:
-        return sorted({b.kind for b in self.blocks})
+        if "kinds" not in self.memo:
+            self.memo["kinds"] = sorted({b.kind for b in self.blocks})
+        return list(self.memo["kinds"])
 
     def unmeasured_kinds(self) -> list[str]:
         """Block kinds the fitted terms were never measured on, for this family."""
@@ -254,8 +261,8 @@ def _kind(block: nn.Module, modules, index: int, config: dict) -> str:
     return "attention"
 
 
-def _block(block: nn.Module, index: int, config: dict, hidden: int) -> Block:
-    tree = _walk(block)
+def _block(block: nn.Module, index: int, config: dict, hidden: int, tree: list) -> Block:
+    """`tree`: module_tree.walk(block)."""
     modules = sorted(((k, m) for k, m in tree if k and isinstance(m, nn.Module)), key=lambda km: km[0].count("."))
     linears = []
     for path, module in modules:
@@ -323,6 +330,8 @@ def _token_embedding(embeddings) -> tuple[str, nn.Module] | None:
 
 
 def from_model(model: nn.Module, config: dict) -> Architecture:
+    """The Architecture of a built model that will not change any more (its blocks'
+    walks are kept on it for sizing: mlxfit/lazy_model.py)."""
     inner = text_config(config)
     layers = model.layers
     tree = _walk(model, skip={id(b) for b in layers})  # everything outside the blocks
@@ -332,7 +341,7 @@ def from_model(model: nn.Module, config: dict) -> Architecture:
         raise lazy_model.NotSizable(f"mlx-lm's {config.get('model_type')!r} model has no token embedding")
     hidden, vocab, _ = _dims(token[1])
     heads = [(k, m) for k, m in tree if isinstance(m, nn.Module) and _is_linear(m) and k.split(".")[-1] == "lm_head"]
-    blocks = tuple(_block(layer, i, inner, hidden) for i, layer in enumerate(layers))
+    blocks = tuple(_block(layer, i, inner, hidden, lazy_model.block_tree(model, i)) for i, layer in enumerate(layers))
     outside = {k: v for k, v in tree if isinstance(v, mx.array)}
     # Embeddings and heads count their weights' elements; quantized scales and
     # biases are storage, not parameters. A head's own bias is a parameter.

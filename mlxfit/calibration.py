@@ -11,12 +11,9 @@ says nothing about a 7B's estimate.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import statistics
 import sys
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -91,11 +88,16 @@ class Calibration:
         if architecture_key(model) != self.architecture:
             return None
         gaps = [_gap(e) for e in self.entries if close(e["training"], training.to_dict())]
+        import statistics
+
         return int(statistics.median(gaps)) if gaps else None
 
 
 def record(model_id: str, training: dict, backend: str, predicted_bytes: int, measured: dict, architecture: dict | None = None) -> Path:
     """Store one measurement; the same configuration overwrites its own file."""
+    import hashlib
+    import tempfile
+
     entry = {
         "model": model_id,
         "architecture": architecture,
@@ -132,10 +134,13 @@ def calibration(backend: str, model, training=None) -> Calibration | None:
     """This backend's and these versions' measurements of `model`'s architecture.
     With `training`: None unless one of them is close to it. Measurements stored
     without their architecture correct nothing."""
+    entries = stored()
+    if not entries:
+        return None  # nothing measured: no need to read the installed versions
     current = versions()
     arch = architecture_key(model)
     entries = tuple(
-        e for e in stored()
+        e for e in entries
         if e.get("backend") == backend and e.get("versions") == current and e.get("architecture") == arch
     )
     if not entries:

@@ -22,9 +22,8 @@ import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 
-from . import lazy_model, module_tree
+from . import data_text, lazy_model
 from .architecture import Architecture, Block
 from .model import ModelInfo
 from .runtime import Runtime
@@ -36,8 +35,7 @@ ACT_H, ACT_QKV, ACT_I = 6, 2, 4  # tensors kept per block, by width (see feature
 
 @lru_cache(maxsize=1)
 def coefficients() -> dict:
-    text = resources.files("mlxfit").joinpath("data/coefficients.json").read_text()
-    return json.loads(text)
+    return json.loads(data_text("coefficients.json"))
 
 
 @dataclass(frozen=True)
@@ -81,9 +79,9 @@ def _counted(config_key: str, bits, group_size, fine_tune_type: str, num_layers:
         trainable = lazy_model.full_parameters(base, num_layers)
     else:
         trainable = lazy_model.adapter_parameters(base, num_layers, rank, fine_tune_type == "dora", keys)
-    base_bytes = module_tree.nbytes(base)
+    base_bytes = lazy_model.nbytes(base)
     if keep is not None:  # a slice: the leading blocks are not there
-        base_bytes -= sum(module_tree.nbytes(b) for b in base.layers[: len(base.layers) - keep])
+        base_bytes -= sum(lazy_model.block_nbytes(base, i) for i in range(len(base.layers))[: len(base.layers) - keep])
     return base_bytes, tuple((tuple(v.shape), v.dtype.size) for _, v in trainable)
 
 
@@ -92,18 +90,36 @@ def counted(model: ModelInfo, training: TrainingConfig) -> tuple[int, tuple]:
     of every trainable array), from mlx-lm's own model built lazily."""
     keys = tuple(sorted(training.lora_keys)) if training.lora_keys is not None else None
     return _counted(
-        lazy_model.config_key(model.config), *_qlora_bits(model, training),
+        model.config_key, *_qlora_bits(model, training),
         training.fine_tune_type, training.num_layers, training.rank, keys, model.slice_blocks,
+    )
+
+
+def counted_totals(model: ModelInfo, training: TrainingConfig) -> tuple[int, int, int, int]:
+    """(base bytes, trainable elements, trainable bytes, optimizer state bytes)."""
+    keys = tuple(sorted(training.lora_keys)) if training.lora_keys is not None else None
+    return _totals(
+        model.config_key, *_qlora_bits(model, training),
+        training.fine_tune_type, training.num_layers, training.rank, keys, model.slice_blocks, training.optimizer,
+    )
+
+
+@lru_cache(maxsize=1024)
+def _totals(config_key: str, bits, group_size, fine_tune_type: str, num_layers: int, rank: int, keys, keep,
+            optimizer: str) -> tuple[int, int, int, int]:
+    base_bytes, trainable = _counted(config_key, bits, group_size, fine_tune_type, num_layers, rank, keys, keep)
+    shapes = [shape for shape, _ in trainable]
+    param_bytes = trainable[0][1] if trainable else None
+    return (
+        base_bytes,
+        sum(math.prod(shape) for shape in shapes),
+        sum(math.prod(shape) * size for shape, size in trainable),
+        optimizer_state_elements(optimizer, shapes) * param_bytes if trainable else 0,
     )
 
 
 def weight_bytes(model: ModelInfo, training: TrainingConfig) -> int:
     return counted(model, training)[0]
-
-
-def _trained_blocks(arch: Architecture, training: TrainingConfig):
-    k = training.layers_trained(arch.num_layers)
-    return arch.blocks[arch.num_layers - k:]
 
 
 def optimizer_state_elements(name: str, shapes: list[tuple[int, ...]]) -> int:
@@ -168,73 +184,99 @@ def _adapted(block: Block, keys) -> list:
     return [lin for lin in block.linears if keys is None or lin.path in keys]
 
 
-def features(model: ModelInfo, training: TrainingConfig, length: int | None = None) -> dict:
-    """Element and byte counts of one configuration; the fitted parts scale these."""
-    arch, s = model.architecture, dtype_bytes(model)
-    batch_len = min(length, training.max_seq_length) if length else training.max_seq_length
-    B, T = training.batch_size // training.hosts, max(batch_len - 1, 1)
-    blocks = _trained_blocks(arch, training)
-    n = len(blocks)
-    frozen_blocks = arch.num_layers - n
-    h, V = arch.hidden_size, arch.vocab_size
-    full = training.fine_tune_type == "full"
-
-    def over_blocks(per_block) -> int:
-        # mlx_lm/tuner/trainer.py grad_checkpoint: each block keeps only its input;
-        # one block at a time is recomputed with its full activations.
-        values = [per_block(b) for b in blocks]
-        return max(values, default=0) if training.grad_checkpoint else sum(values)
-
-    def dense_width(b: Block, k: str) -> int:
-        # Full fine-tuning also differentiates every linear's weight and the norms'.
-        # In the grid, MoE full fine-tunes show no extra for their experts' MLP, so
-        # only the dense widths count.
-        return 0 if k == "inter" and b.is_moe else _widths(b, h)[k]
-
-    def one_block(w: dict) -> int:
+def _figures(b: Block, h: int, keys) -> dict[str, int]:
+    """One block's per-token widths and counts, which features scales by batch,
+    length and dtype."""
+    w = _widths(b, h)
+    # Full fine-tuning also differentiates every linear's weight and the norms'.
+    # In the grid, MoE full fine-tunes show no extra for their experts' MLP, so
+    # only the dense widths count.
+    dense = {**w, "inter": 0 if b.is_moe else w["inter"]}
+    adapted = _adapted(b, keys)
+    return {
+        **w,
+        **{f"full_{k}": v for k, v in dense.items()},
         # One block's activations, per token: the two norms' inputs and outputs and
         # the residual stream (~6 h), q/k/v before and after RoPE (~2 qkv), the MLP's
         # gate, up, activation and product (~4 I). What the blocks keep is fitted per
         # width (act_*); this weighting serves the working set of the block being
         # differentiated.
-        return B * T * (ACT_H * w["h"] + ACT_QKV * w["qkv"] + ACT_I * w["inter"]) * s
-
-    def scores(b: Block) -> int:
-        # The softmax probabilities of one block, B x H x T x T (none for linear
+        "one_block": ACT_H * w["h"] + ACT_QKV * w["qkv"] + ACT_I * w["inter"],
+        "one_block_full": ACT_H * dense["h"] + ACT_QKV * dense["qkv"] + ACT_I * dense["inter"],
+        # The softmax probabilities of one block are B x H x T x T (none for linear
         # attention or state-space blocks).
-        return B * b.heads * T * T * s
+        "heads": b.heads,
+        "adapter_out": sum(l.out_features for l in adapted),
+        "dora_weight": max((l.in_features * l.out_features for l in adapted), default=0),
+        "qk_norm": (b.heads + b.kv_heads) * b.head_dim if b.qk_norm else 0,
+        "fused": sum(l.out_features for l in b.linears if l.path.endswith(FUSED)),
+        "block": 1,
+        "recurrent_state": math.prod(b.recurrent),
+        "recurrent_width": _recurrent_width(b),
+    }
 
-    block_act = max((one_block(_widths(b, h)) for b in blocks), default=0)
-    dense_act = max((one_block({k: dense_width(b, k) for k in ("h", "qkv", "inter")}) for b in blocks), default=0)
-    block_scores = max((scores(b) for b in blocks), default=0)
-    fused = max((sum(l.out_features for l in b.linears if l.path.endswith(FUSED)) for b in arch.blocks), default=0)
-    keys = set(training.lora_keys) if training.lora_keys is not None else None
+
+def _per_block(arch: Architecture, keys: frozenset | None) -> dict[str, list[int]]:
+    """_figures of every block, one list per figure, indexed as arch.blocks. They
+    depend only on the architecture and the LoRA keys, so they are worked out once
+    (a plan sizes a few hundred runs of one model)."""
+    key = ("per_block", keys)
+    if key not in arch.memo:
+        rows = [_figures(b, arch.hidden_size, keys) for b in arch.blocks]
+        arch.memo[key] = {name: [row[name] for row in rows] for name in (rows[0] if rows else ())}
+    return arch.memo[key]
+
+
+def features(model: ModelInfo, training: TrainingConfig, length: int | None = None) -> dict:
+    """Element and byte counts of one configuration; the fitted parts scale these."""
+    arch, s = model.architecture, dtype_bytes(model)
+    batch_len = min(length, training.max_seq_length) if length else training.max_seq_length
+    B, T = training.batch_size // training.hosts, max(batch_len - 1, 1)
+    keys = frozenset(training.lora_keys) if training.lora_keys is not None else None
+    every = _per_block(arch, keys)
+    first = arch.num_layers - training.layers_trained(arch.num_layers)
+    trained = {name: values[first:] for name, values in every.items()}  # the trained blocks
+    n = len(arch.blocks[first:])
+    frozen_blocks = arch.num_layers - n
+    h, V = arch.hidden_size, arch.vocab_size
+    full = training.fine_tune_type == "full"
+
+    def over_blocks(name: str) -> int:
+        # mlx_lm/tuner/trainer.py grad_checkpoint: each block keeps only its input;
+        # one block at a time is recomputed with its full activations.
+        values = trained.get(name, ())
+        return max(values, default=0) if training.grad_checkpoint else sum(values)
+
+    def largest(name: str) -> int:
+        return max(trained.get(name, ()), default=0)
+
+    block_act = B * T * largest("one_block") * s
+    dense_act = B * T * largest("one_block_full") * s
+    block_scores = B * largest("heads") * T * T * s
+    scores = B * over_blocks("heads") * T * T * s
+    fused = max(every.get("fused", ()), default=0)
     adapter_outputs = dora_weights = 0
     if not full:
         # lora.py / dora.py __call__: every adapted layer keeps the base output y and
         # the adapter's z (DoRA also the rescaled output), each B x T x out.
-        adapter_outputs = B * T * s * over_blocks(lambda b: sum(l.out_features for l in _adapted(b, keys)))
+        adapter_outputs = B * T * s * over_blocks("adapter_out")
     if training.fine_tune_type == "dora":
         # dora.py __call__: the adapted weight w + scale * B^T A^T (float32) of a layer.
-        dora_weights = max((l.in_features * l.out_features for b in blocks for l in _adapted(b, keys)), default=0) * 4
-    base_bytes, trainable = counted(model, training)
-    trainable_elements = sum(math.prod(shape) for shape, _ in trainable)
-    trainable_bytes = sum(math.prod(shape) * size for shape, size in trainable)
-    param_bytes = trainable[0][1] if trainable else s
+        dora_weights = largest("dora_weight") * 4
+    base_bytes, trainable_elements, trainable_bytes, optimizer_bytes = counted_totals(model, training)
     by_width = {}
     for k in ("h", "qkv", "inter"):
-        by_width[f"act_{k}_bytes"] = B * T * s * over_blocks(lambda b: _widths(b, h)[k])
-        by_width[f"act_full_{k}_bytes"] = B * T * s * over_blocks(lambda b: dense_width(b, k)) if full else 0
-    typical = arch.blocks[-1] if arch.blocks else None
+        by_width[f"act_{k}_bytes"] = B * T * s * over_blocks(k)
+        by_width[f"act_full_{k}_bytes"] = B * T * s * over_blocks(f"full_{k}") if full else 0
     return {
         **by_width,
         "s": s,
         "base_bytes": base_bytes,
         "trainable_elements": trainable_elements,
         "trainable_bytes": trainable_bytes,
-        "optimizer_bytes": optimizer_state_elements(training.optimizer, [shape for shape, _ in trainable]) * param_bytes,
+        "optimizer_bytes": optimizer_bytes,
         "checkpoint_bytes": B * T * h * (n + 1) * s if training.grad_checkpoint and n else 0,
-        "scores_bytes": over_blocks(scores),
+        "scores_bytes": scores,
         # The backward pass of the block being differentiated: its attention's
         # softmax gradient and its activations' gradients, once whatever the depth.
         "scores_once_bytes": block_scores,
@@ -245,18 +287,19 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         "scores_recompute_bytes": block_scores if training.grad_checkpoint else 0,
         # Per-head RMSNorms on q and k (qwen3, gemma3): with their weights trained,
         # their VJP builds q- and k-sized temporaries.
-        "qk_norm_full_bytes": B * T * s * over_blocks(lambda b: (b.heads + b.kv_heads) * b.head_dim if b.qk_norm else 0)
-        if full else 0,
+        "qk_norm_full_bytes": B * T * s * over_blocks("qk_norm") if full else 0,
         "logits_bytes": B * T * V * s,
         "dora_bytes": dora_weights,
         "adapter_act_bytes": adapter_outputs,
         # Measured: a model with fused projections (phi3) keeps each split output's
-        # gradient, and its frozen leading blocks' activations stay alive too.
-        "split_bytes": B * T * fused * s * over_blocks(lambda b: 1),
-        "frozen_fused_bytes": (one_block(_widths(typical, h)) + scores(typical)) * frozen_blocks if fused and n else 0,
+        # gradient, and its frozen leading blocks' activations stay alive too (those
+        # of the last block, the typical one, times the frozen blocks).
+        "split_bytes": B * T * fused * s * over_blocks("block"),
+        "frozen_fused_bytes": (B * T * every["one_block"][-1] * s + B * every["heads"][-1] * T * T * s) * frozen_blocks
+        if fused and n else 0,
         "dora_act_bytes": adapter_outputs if training.fine_tune_type == "dora" else 0,
         # gemma2: manual attention with tanh capping of the scores and the logits.
-        "softcap_scores_bytes": over_blocks(scores) if arch.softcap else 0,
+        "softcap_scores_bytes": scores if arch.softcap else 0,
         "softcap_logits_bytes": B * T * V * s if arch.softcap else 0,
         "softcap": arch.softcap,
         # Gated delta (mlx_lm/models/gated_delta.py gated_delta_ops, which training
@@ -269,8 +312,8 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         # B x N = 1 x 128, 1 x 256, 2 x 256 and 1 x 256 checkpointed): 0.85 of the
         # states, 0.91 of the slices' gradients; linear in B, quadratic in T, and
         # checkpointing leaves the T^2 part (one block's backward) as it is.
-        "recurrent_state_bytes": B * T * 4 * over_blocks(lambda b: math.prod(b.recurrent)),
-        "recurrent_once_bytes": max((B * T * T * 4 * _recurrent_width(b) for b in blocks), default=0),
+        "recurrent_state_bytes": B * T * 4 * over_blocks("recurrent_state"),
+        "recurrent_once_bytes": B * T * T * 4 * largest("recurrent_width"),
         "tokens": T,
         "trained_blocks": n,
         "unmeasured_kinds": arch.unmeasured_kinds(),

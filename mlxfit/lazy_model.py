@@ -15,10 +15,19 @@ does on load and before training, without evaluating anything:
 The two functions of mlx-lm that cannot be imported without transformers
 (the quantization walk and the LoRA key selection) are copied here;
 tests/test_lazy_model.py pins each copy against the real function.
+
+Sizing a plan asks one built model a few hundred questions (its remedies), so
+what is walked or converted is kept on the model (`_kept`): each block is
+walked once, each kind of layer converted to LoRA or quantized once, and QLoRA's
+quantized base is a copy of the built model, not a second build. nn.quantize's
+walk is redone without mlx.nn's generic tree machinery;
+tests/test_architecture.py pins it against Module.leaf_modules and every count
+against the model mlx-lm loads.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from functools import lru_cache
 
@@ -171,10 +180,79 @@ def convert_predicate(model: nn.Module, group_size: int, overrides: dict | None 
 
 
 def quantize(model: nn.Module, bits: int, group_size: int, mode: str = "affine", overrides: dict | None = None) -> None:
+    """nn.quantize(model, group_size, bits, mode=mode, class_predicate=convert_predicate(...)),
+    as mlx_lm.convert -q and load_model call it, without mlx.nn's generic tree
+    machinery (module_tree.leaf_modules walks the same layers) and with each
+    distinct layer quantized once: MLX's to_quantized makes the first of each kind,
+    and layers of the same type, arrays and arguments get a copy of it (the arrays
+    are lazy: their values never matter here, their shapes and dtypes are what
+    to_quantized made). A model of 28 blocks has 196 linears of 7 kinds."""
+    predicate = convert_predicate(model, group_size, overrides)
     try:
-        nn.quantize(model, group_size, bits, mode=mode, class_predicate=convert_predicate(model, group_size, overrides))
+        made = {}
+        replacements = []
+        for path, module in module_tree.leaf_modules(model):
+            if not (wanted := predicate(path, module)):
+                continue
+            kwargs = _quantize_kwargs(module, wanted, group_size, bits, mode)
+            kind = _kind_of_layer(module, kwargs)
+            if kind is None or kind not in made:
+                layer = module.to_quantized(**kwargs)
+                if kind is not None:
+                    made[kind] = layer
+            else:
+                layer = _twin(made[kind])
+            replacements.append((path, layer))
     except (TypeError, ValueError, AttributeError) as e:
         raise MlxfitError(f"mlx-lm cannot quantize this model ({bits} bits, group {group_size}): {_first_line(e)}") from e
+    for path, layer in replacements:
+        _replace(model, path, layer)
+
+
+def _quantize_kwargs(module: nn.Module, wanted, group_size, bits, mode) -> dict:
+    """mlx/nn/layers/quantized.py quantize's _maybe_quantize: to_quantized's arguments."""
+    if not hasattr(module, "to_quantized"):
+        raise ValueError(f"Unable to quantize model of type {type(module)}")
+    if isinstance(wanted, bool):
+        return {"group_size": group_size, "bits": bits, "mode": mode}
+    if isinstance(wanted, dict):
+        if "quantize_input" in wanted and not wanted["quantize_input"]:
+            wanted.pop("quantize_input")
+        return wanted
+    raise ValueError("``class_predicate`` must return a bool or a dict of parameters to pass to ``to_quantized``")
+
+
+def _kind_of_layer(module: nn.Module, kwargs: dict):
+    """What to_quantized's result depends on: the layer's type, plain attributes,
+    arrays' names, shapes and dtypes, and the arguments (None: not hashable)."""
+    attributes = tuple(sorted((k, v) for k, v in vars(module).items()
+                              if not k.startswith("_") and isinstance(v, (int, float, str, bool, type(None)))))
+    arrays = tuple((k, tuple(a.shape), a.dtype) for k, a in module_tree.walk(module) if isinstance(a, mx.array))
+    kind = (type(module), attributes, arrays, tuple(sorted(kwargs.items())))
+    try:
+        hash(kind)
+    except TypeError:
+        return None
+    return kind
+
+
+def _twin(layer: nn.Module) -> nn.Module:
+    """A copy of a quantized layer: its own module (and frozen set), the same lazy arrays."""
+    twin = copy.copy(layer)
+    twin._no_grad = set(layer._no_grad)
+    return twin
+
+
+def _replace(model: nn.Module, path: str, layer: nn.Module) -> None:
+    """Module.update_modules for one dotted path (lists indexed by number)."""
+    *parents, last = path.split(".")
+    node = model
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if isinstance(node, list):
+        node[int(last)] = layer
+    else:
+        node[last] = layer
 
 
 def _apply_saved_quantization(model: nn.Module, quant: dict) -> None:
@@ -209,8 +287,10 @@ def config_key(config: dict) -> str:
 @lru_cache(maxsize=16)
 def model_for_key(key: str, bits: int | None = None, group_size: int | None = None) -> nn.Module:
     """base_model, for a config already made a key (config_key)."""
-    model = build(json.loads(key))
-    if bits is not None:
+    if bits is None:
+        model = build(json.loads(key))
+    else:  # the built model, copied (building it again takes longer), then quantized
+        model = _copy_tree(model_for_key(key, None, None))  # as base_model asks for it (one cache entry)
         quantize(model, bits, group_size)
     try:
         # mlx_lm/lora.py train_model freezes the model first (adapted layers are
@@ -219,6 +299,26 @@ def model_for_key(key: str, bits: int | None = None, group_size: int | None = No
     except AttributeError as e:  # a model class that never ran nn.Module.__init__
         raise NotSizable(f"mlx-lm cannot train its {type(model).__module__.split('.')[-1]!r} model: {_first_line(e)}") from e
     return model
+
+
+def _copy_tree(value):
+    """A built model's module tree copied: new modules, dicts, lists and tuples
+    holding the same (lazy, never evaluated) arrays. Each module keeps its
+    attributes and a copy of its frozen set, not what sizing kept on it."""
+    if isinstance(value, nn.Module):
+        twin = type(value).__new__(type(value))
+        state = {k: v for k, v in vars(value).items() if k != "_mlxfit_kept"}
+        if isinstance(state.get("_no_grad"), set):
+            state["_no_grad"] = set(state["_no_grad"])
+        twin.__dict__.update(state)
+        for k, v in value.items():
+            dict.__setitem__(twin, k, _copy_tree(v))
+        return twin
+    if type(value) is dict:
+        return {k: _copy_tree(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_copy_tree(v) for v in value)
+    return value
 
 
 def base_model(config: dict, bits: int | None = None, group_size: int | None = None) -> nn.Module:
@@ -235,20 +335,58 @@ def _lora_types():
     return switch, lora, dora
 
 
+def _kept(model: nn.Module) -> dict:
+    """What this module found out about a built model, kept on the model itself
+    (an attribute starting with "_" is no parameter): sizing a plan asks the same
+    model dozens of times, and each answer only needs each block walked once."""
+    kept = getattr(model, "_mlxfit_kept", None)
+    if kept is None:
+        kept = {}
+        object.__setattr__(model, "_mlxfit_kept", kept)
+    return kept
+
+
+def _once(model: nn.Module, key, compute):
+    kept = _kept(model)
+    if key not in kept:
+        kept[key] = compute()
+    return kept[key]
+
+
+def block_tree(model: nn.Module, i: int | None) -> list:
+    """module_tree.walk of block i (None: the whole model), walked once per model."""
+    return _once(model, ("tree", i), lambda: module_tree.walk(model if i is None else model.layers[i]))
+
+
+def block_modules(model: nn.Module, i: int | None) -> list[tuple[str, nn.Module]]:
+    """module_tree.modules of block i (None: the whole model)."""
+    return _once(model, ("modules", i), lambda: [(k, m) for k, m in block_tree(model, i) if isinstance(m, nn.Module)])
+
+
+def block_arrays(model: nn.Module, i: int | None) -> list[tuple[str, mx.array]]:
+    """module_tree.arrays of block i (None: the whole model)."""
+    return _once(model, ("arrays", i), lambda: [(k, a) for k, a in block_tree(model, i) if isinstance(a, mx.array)])
+
+
+def nbytes(model: nn.Module) -> int:
+    """module_tree.nbytes of the whole model."""
+    return _once(model, "nbytes", lambda: sum(a.nbytes for _, a in block_arrays(model, None)))
+
+
+def block_nbytes(model: nn.Module, i: int) -> int:
+    return _once(model, ("nbytes", i), lambda: sum(a.nbytes for _, a in block_arrays(model, i)))
+
+
 def default_lora_keys(model: nn.Module) -> set[str]:
     """Every Linear / SwitchLinear / Embedding (or module with to_lora) of any block,
-    found once per model (kept on it: a name starting with "_" is no parameter)."""
-    keys = getattr(model, "_mlxfit_lora_keys", None)
-    if keys is None:
-        keys = _default_lora_keys(model)
-        object.__setattr__(model, "_mlxfit_lora_keys", keys)
-    return keys
+    found once per model."""
+    return _once(model, "lora_keys", lambda: _default_lora_keys(model))
 
 
 def _default_lora_keys(model: nn.Module) -> set[str]:
     switch, _, _ = _lora_types()
     types = (nn.Linear, nn.QuantizedLinear, switch.SwitchLinear, switch.QuantizedSwitchLinear, nn.Embedding, nn.QuantizedEmbedding)
-    return {path for layer in model.layers for path, module in module_tree.modules(layer)
+    return {path for i in range(len(model.layers)) for path, module in block_modules(model, i)
             if path and (hasattr(module, "to_lora") or isinstance(module, types))}
 
 
@@ -269,29 +407,37 @@ def to_lora(module: nn.Module, rank: int, scale: float, dropout: float, dora: bo
     return layer.from_base(module, r=rank, scale=scale, dropout=dropout)
 
 
-def adapted_modules(model: nn.Module, num_layers: int, keys) -> list[tuple[int | None, str, nn.Module]]:
-    """(block index or None for a top-level module, path, module) that
-    linear_to_lora_layers converts: `keys` inside the last num_layers blocks,
-    and top-level modules whose full path is a key."""
-    keys = set(keys)
-    layers = model.layers
-    n = len(layers) if num_layers < 0 else num_layers
-    found = []
-    for i in range(len(layers) - n, len(layers)):
-        found += [(i, k, m) for k, m in module_tree.modules(layers[i]) if k in keys]
-    found += [(None, k, m) for k, m in module_tree.modules(model) if k in keys]
-    return found
+def _last_blocks(model: nn.Module, num_layers: int) -> range:
+    layers = len(model.layers)
+    n = layers if num_layers < 0 else num_layers
+    return range(layers - n, layers)
 
 
 def adapter_parameters(model: nn.Module, num_layers: int, rank: int, dora: bool, keys=None,
                        scale: float = 20.0, dropout: float = 0.0) -> list[tuple[str, mx.array]]:
     """The trainable arrays linear_to_lora_layers adds (float32 lora_a/lora_b,
     DoRA's magnitude), built on the frozen base without changing the model."""
-    keys = default_lora_keys(model) if keys is None else keys
-    params, seen = [], {}
-    for i, path, module in adapted_modules(model, num_layers, keys):
+    keys = frozenset(default_lora_keys(model) if keys is None else keys)
+    return [param for i in (*_last_blocks(model, num_layers), None)
+            for param in _block_adapters(model, i, rank, dora, keys, scale, dropout)]
+
+
+def _block_adapters(model: nn.Module, i: int | None, rank: int, dora: bool, keys: frozenset, scale: float,
+                    dropout: float) -> list[tuple[str, mx.array]]:
+    """adapter_parameters of block i (None: the top-level modules), once per model."""
+    return _once(model, ("adapters", i, rank, dora, keys, scale, dropout),
+                 lambda: _convert(model, i, rank, dora, keys, scale, dropout))
+
+
+def _convert(model: nn.Module, i: int | None, rank: int, dora: bool, keys: frozenset, scale: float,
+             dropout: float) -> list[tuple[str, mx.array]]:
+    # Layers of one type and shape get adapters of one shape: convert one of each.
+    seen = _once(model, ("converted", rank, dora, scale, dropout), dict)
+    params = []
+    for path, module in block_modules(model, i):
+        if path not in keys:
+            continue
         prefix = f"layers.{i}.{path}" if i is not None else path
-        # Layers of one type and shape get adapters of one shape: convert one of each.
         signature = (type(module), tuple(module["weight"].shape) if "weight" in module else None,
                      getattr(module, "bits", None), getattr(module, "group_size", None))
         if signature not in seen:
@@ -307,6 +453,4 @@ def adapter_parameters(model: nn.Module, num_layers: int, rank: int, dora: bool,
 
 def full_parameters(model: nn.Module, num_layers: int) -> list[tuple[str, mx.array]]:
     """mlx_lm/lora.py, fine_tune_type full: only the last num_layers blocks unfreeze."""
-    layers = model.layers
-    n = len(layers) if num_layers < 0 else num_layers
-    return [(f"layers.{i}.{k}", v) for i in range(len(layers) - n, len(layers)) for k, v in module_tree.arrays(layers[i])]
+    return [(f"layers.{i}.{k}", v) for i in _last_blocks(model, num_layers) for k, v in block_arrays(model, i)]

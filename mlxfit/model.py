@@ -4,19 +4,16 @@ a Hugging Face repo id (config.json only), or a bare size such as `7B`."""
 from __future__ import annotations
 
 import json
-import logging
 import re
-import socket
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
+from functools import cached_property, lru_cache
 from pathlib import Path
-from urllib.parse import urlparse
 
+from . import data_text
 from .architecture import Architecture, architecture_from_config
 from .errors import BadInput, MlxfitError
-from .lazy_model import NotSizable, UnknownModelType, text_config
+from .lazy_model import NotSizable, UnknownModelType, config_key, text_config
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"  # mlx_lm.lora's own default model
 _BARE_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bBmM])\s*$")
@@ -46,6 +43,12 @@ class ModelInfo:
     def quantized(self) -> bool:
         return self.bits < 16
 
+    @cached_property
+    def config_key(self) -> str:
+        """The config as the key its lazily built models are cached by (made once:
+        a plan sizes a few hundred runs of one model)."""
+        return config_key(self.config)
+
     def to_dict(self) -> dict:
         return {
             "id": self.id,
@@ -62,8 +65,7 @@ class ModelInfo:
 
 @lru_cache(maxsize=1)
 def catalog_entries() -> list[dict]:
-    text = resources.files("mlxfit").joinpath("data/catalog.json").read_text()
-    return json.loads(text)["models"]
+    return json.loads(data_text("catalog.json"))["models"]
 
 
 @lru_cache(maxsize=1)
@@ -289,6 +291,9 @@ HUB_TIMEOUT_S = 2.5
 def _reachable(endpoint: str, timeout: float = HUB_TIMEOUT_S) -> bool:
     """Can a connection to the hub be opened at all? (huggingface_hub retries a
     failed lookup five times, 8 s apart, before it gives up.)"""
+    import socket
+    from urllib.parse import urlparse
+
     parsed = urlparse(endpoint)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
@@ -301,6 +306,8 @@ def _reachable(endpoint: str, timeout: float = HUB_TIMEOUT_S) -> bool:
 @contextmanager
 def _quiet_hub():
     """huggingface_hub logs each retry as a warning; the error is reported once."""
+    import logging
+
     logger = logging.getLogger("huggingface_hub")
     level = logger.level
     logger.setLevel(logging.ERROR)

@@ -59,6 +59,53 @@ def nbytes(value, skip=None) -> int:
     return sum(a.nbytes for _, a in walk(value, skip=skip) if isinstance(a, mx.array))
 
 
+def leaf_modules(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(path, module) of nn.Module.leaf_modules(), in the order nn.quantize visits
+    them. mlx.nn's rule: below the module, dicts and lists are followed; a module
+    is a leaf when none of its children (the modules found through its dicts and
+    lists) holds anything, i.e. tree_flatten(module.children()) is empty."""
+    out = []
+
+    def unwrap(value, path: str) -> None:
+        if isinstance(value, nn.Module) and not _has_children(value):
+            out.append((path, value))
+            return
+        for k, child in value.items() if isinstance(value, dict) else enumerate(value):
+            if isinstance(child, (dict, list)):
+                unwrap(child, f"{path}.{k}")
+
+    for k, child in module.items():
+        if isinstance(child, (dict, list)):
+            unwrap(child, k)
+    return out
+
+
+def _has_children(module: nn.Module) -> bool:
+    stack = [v for v in module.values() if isinstance(v, (dict, list))]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, nn.Module):
+            if _holds_anything(v):
+                return True
+            continue
+        stack.extend(x for x in (v.values() if isinstance(v, dict) else v) if isinstance(x, (dict, list)))
+    return False
+
+
+def _holds_anything(value) -> bool:
+    """tree_flatten(value) is not empty: something other than dicts, lists and tuples inside."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        else:
+            return True
+    return False
+
+
 def set_dtype(module: nn.Module, dtype: mx.Dtype) -> None:
     """nn.Module.set_dtype: every floating-point parameter cast to `dtype`."""
     for _, m in modules(module):

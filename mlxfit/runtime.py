@@ -40,12 +40,11 @@ def parse_version(text: str | None) -> tuple[int, ...] | None:
 
 @lru_cache(maxsize=1)
 def installed_mlx() -> tuple[int, ...] | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return parse_version(version("mlx"))
-    except PackageNotFoundError:
+    try:  # the running MLX's own version (importlib.metadata is slow to import)
+        import mlx.core as mx
+    except ImportError:
         return None
+    return parse_version(mx.__version__)
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 import math
 from functools import lru_cache
-from importlib import resources
+
+from . import data_text
 
 
 @lru_cache(maxsize=1)
 def ranges() -> dict:
-    text = resources.files("mlxfit").joinpath("data/ranges.json").read_text()
-    return json.loads(text)
+    return json.loads(data_text("ranges.json"))
 
 
 def range_factors(backend: str, basis: str = "detailed") -> tuple[float, float]:

@@ -236,3 +236,15 @@ def test_model_args_errors_are_one_line():
     with pytest.raises(MlxfitError) as e:
         architecture_from_config(config)
     assert "\n" not in str(e.value) and "llama" in str(e.value)
+
+
+@pytest.mark.parametrize("name", sorted(ALL_CONFIGS))
+def test_leaf_modules_are_mlx_nn_s(name):
+    """The quantization walk (module_tree.leaf_modules) visits nn.quantize's layers, in its order."""
+    import mlx.nn as nn
+
+    from mlxfit import module_tree
+
+    model = lazy_model._construct(ALL_CONFIGS[name])
+    theirs = tree_flatten(model.leaf_modules(), is_leaf=nn.Module.is_module)
+    assert [(p, id(m)) for p, m in module_tree.leaf_modules(model)] == [(p, id(m)) for p, m in theirs]

@@ -146,3 +146,32 @@ def test_breakdown_adds_up_and_is_positive(backend):
     b = estimate(info, TrainingConfig(), backend)
     assert b.peak_bytes == sum(b.parts.values()) and all(v >= 0 for v in b.parts.values())
     assert b.to_dict()["predicted_peak_bytes"] == b.peak_bytes
+
+
+def test_sizing_does_not_depend_on_what_was_sized_before():
+    """The walks, adapters and per-block figures kept between estimates (a plan
+    sizes a few hundred runs of one model) give each run the bytes it gets alone."""
+    from dataclasses import replace
+
+    from mlxfit import estimate as est, lazy_model
+
+    runs = [TrainingConfig(fine_tune_type=f, num_layers=n, rank=r, quantize=q, grad_checkpoint=c, lora_keys=k)
+            for f, n, r, q, c, k in [
+                ("lora", 2, 4, False, False, None), ("dora", -1, 8, True, True, None), ("full", 1, 8, False, False, None),
+                ("lora", -1, 8, True, False, ("self_attn.q_proj",)), ("dora", 1, 4, False, True, None),
+            ]]
+
+    def fresh():
+        for cache in (est._counted, est._totals, lazy_model.model_for_key):
+            cache.cache_clear()
+        return tiny("qwen3")[1]
+
+    info = fresh()
+    in_turn = [estimate(info, t).features for t in runs]
+    alone = []
+    for t in runs:
+        info = fresh()
+        alone.append(estimate(info, t).features)
+    assert in_turn == alone
+    sliced = replace(info, slice_blocks=1, architecture=replace(info.architecture, blocks=info.architecture.blocks[-1:]))
+    assert estimate(sliced, runs[2]).features["base_bytes"] < alone[2]["base_bytes"]
