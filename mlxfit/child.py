@@ -145,11 +145,9 @@ def transformers_imported() -> bool:
 
 
 def measure_once(request: dict, training, blocks: int | None = None, synchronous: bool = False, steps: int | None = None,
-                 ahead_steps: int = 0, on_step=None) -> dict:
+                 on_step=None) -> dict:
     """Build the model (its last `blocks` only, for a slice), take the steps (exactly
-    `steps`, or the request's rule), free it. With `ahead_steps`, that many more
-    steps follow as mlx-lm runs them (not synchronously), their peak reset first:
-    `ahead_peak_bytes`.
+    `steps`, or the request's rule), free it.
 
     Peaks are the process's MLX peak less what was already held, so one process can
     measure several slices in turn (mlxfit/slicing.py)."""
@@ -162,7 +160,7 @@ def measure_once(request: dict, training, blocks: int | None = None, synchronous
     from .steps import MIN_STEPS, batches, evaluated_synchronously, full_length_dataset, run_steps
 
     folder = Path(request["folder"]) if request.get("folder") else None
-    with evaluated_synchronously(synchronous) as sync:
+    with evaluated_synchronously(synchronous):
         mx.reset_peak_memory()
         held = mx.get_active_memory()
         tic = time.perf_counter()
@@ -171,38 +169,29 @@ def measure_once(request: dict, training, blocks: int | None = None, synchronous
         build_seconds = time.perf_counter() - tic
         emit("built", seconds=build_seconds, peak_bytes=load_peak)
 
-        def ahead_from(step: int) -> None:
-            if ahead_steps and step == steps + 1:
-                sync.end()
-                mx.reset_peak_memory()
-
         mx.reset_peak_memory()
         dataset = full_length_dataset(training.batch_size, request["length"], request["vocab_size"])
         emit("stage", stage="training steps")
         tic = time.perf_counter()
-        total = steps + ahead_steps if steps else request["max_steps"]
         records = run_steps(
-            model, training, batches(dataset, training), total, min_steps=total if steps else request.get("min_steps") or MIN_STEPS,
-            on_step=on_step or (lambda r: None), before_step=ahead_from,
+            model, training, batches(dataset, training), steps or request["max_steps"],
+            min_steps=steps or request.get("min_steps") or MIN_STEPS, on_step=on_step or (lambda r: None),
         )
         seconds = time.perf_counter() - tic
         del model
         gc.collect()
         mx.clear_cache()
-    ahead = records[steps:] if ahead_steps else []
-    records = records[:steps] if ahead_steps else records
     steps_peak = max(r.peak_bytes for r in records) - held
     return {
         "peak_bytes": steps_peak,
         "peak_with_load_bytes": max(load_peak, steps_peak),
         "load_peak_bytes": load_peak,
-        **({"ahead_peak_bytes": max(r.peak_bytes for r in ahead) - held} if ahead else {}),
-        "cache_bytes": max(r.cache_bytes for r in records + ahead),
-        "steps": len(records) + len(ahead),
+        "cache_bytes": records[-1].cache_bytes,
+        "steps": len(records),
         "seconds": seconds,
         "build_seconds": build_seconds,
-        "step_peaks_bytes": [r.peak_bytes - held for r in records + ahead],
-        "step_seconds": [r.seconds for r in records + ahead],
+        "step_peaks_bytes": [r.peak_bytes - held for r in records],
+        "step_seconds": [r.seconds for r in records],
         "tokens_per_step": records[-1].tokens,
     }
 
@@ -232,9 +221,9 @@ def run(request: dict) -> None:
                 slices = []
                 for i, s in enumerate(request["slices"], 1):
                     emit("slice", index=i, of=len(request["slices"]), blocks=s["blocks"], trained=s["trained"],
-                         ahead_steps=s["ahead_steps"])
+                         synchronous=s["synchronous"])
                     sliced = replace(training, num_layers=s["trained"])
-                    slices.append(measure_once(request, sliced, s["blocks"], True, s["steps"], s["ahead_steps"], on_step))
+                    slices.append(measure_once(request, sliced, s["blocks"], s["synchronous"], s.get("steps"), on_step))
                 emit("done", slices=slices, backend=mlx_backend(), process_peak_bytes=rss.high_water(),
                      transformers_imported=transformers_imported())
                 return

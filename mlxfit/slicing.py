@@ -16,9 +16,9 @@ more or less, depending on where the peak falls. That part does not grow with
 depth but it is not the same from one slice to the next, and the extrapolation
 multiplies any difference between slices by the depth. So the per-block increase
 is read from slices evaluated synchronously (a deterministic graph), and what
-runs ahead from the deepest slice, stepped on for a few more steps as mlx-lm runs
-them. All slices are measured in turn by one child process (mlxfit/child.py),
-each model's block list cut to its last blocks before anything is evaluated.
+runs ahead from the deepest slice run as mlx-lm runs it. All slices are measured
+in turn by one child process (mlxfit/child.py), each model's block list cut to
+its last blocks before anything is evaluated.
 """
 
 from __future__ import annotations
@@ -31,40 +31,31 @@ from .training import TrainingConfig
 
 
 SYNCHRONOUS_STEPS = 4  # Adam's state exists from the second step; two more to reach the peak
-SYNCHRONOUS_SPAN = 3  # blocks in the deeper slice, at least (whole periods)
+SYNCHRONOUS_SPAN = 3  # blocks in the deeper synchronous slice, at least (whole periods)
 
 
 @dataclass(frozen=True)
 class Slice:
-    """The model's last `blocks` blocks, of which the last `trained` are trained,
-    evaluated synchronously; with `ahead`, a few more steps follow as mlx-lm runs
-    them (ahead of the worker): what runs ahead at the run's peak."""
-
-    blocks: int
-    trained: int
-    ahead: bool = False
+    blocks: int  # the model's last `blocks` blocks are kept
+    trained: int  # of which the last `trained` are trained
+    synchronous: bool = True  # evaluated without running ahead: the per-block increase
 
     @property
     def frozen(self) -> int:
         return self.blocks - self.trained
 
-    def steps(self, training: TrainingConfig) -> int:
-        """A fixed number of synchronous steps: the peak still moves by about one
-        activation from step to step, so the slices are compared after the same
-        number of chances to reach it."""
-        return max(SYNCHRONOUS_STEPS, training.grad_accumulation_steps + 2)
-
-    def ahead_steps(self, training: TrainingConfig) -> int:
-        """Run ahead for one optimizer update and one more step: the optimizer state
-        already exists."""
-        return training.grad_accumulation_steps + 1 if self.ahead else 0
+    def steps(self, training: TrainingConfig) -> int | None:
+        """A synchronous slice takes a fixed number of steps: its peak still moves by
+        about one activation from step to step, and the slices are compared after
+        the same number of chances to reach it. None: until the peak settles."""
+        return max(SYNCHRONOUS_STEPS, training.grad_accumulation_steps + 2) if self.synchronous else None
 
     def label(self) -> str:
         return (f"{self.trained} trained" + (f" + {self.frozen} frozen" if self.frozen else "")
-                + (" (then run ahead as mlx-lm runs)" if self.ahead else ""))
+                + ("" if self.synchronous else " run ahead as mlx-lm runs"))
 
     def to_dict(self) -> dict:
-        return {"blocks": self.blocks, "trained": self.trained, "ahead": self.ahead}
+        return {"blocks": self.blocks, "trained": self.trained, "synchronous": self.synchronous}
 
 
 @dataclass(frozen=True)
@@ -80,8 +71,8 @@ class SlicePlan:
 
     @property
     def deeper(self) -> Slice | None:
-        """The slice with more periods of trained blocks, when the run has more."""
-        return next((s for s in self.slices[1:] if not s.frozen), None)
+        """The slice with one more period of trained blocks, when the run has more."""
+        return next((s for s in self.slices[1:] if s.synchronous and not s.frozen), None)
 
     @property
     def with_frozen(self) -> Slice | None:
@@ -89,18 +80,19 @@ class SlicePlan:
 
     @property
     def as_run(self) -> Slice:
-        """The slice that also runs ahead as mlx-lm runs: the deepest."""
-        return next(s for s in self.slices if s.ahead)
+        """The slice evaluated as mlx-lm runs (ahead of the worker): the deepest."""
+        return next(s for s in self.slices if not s.synchronous)
 
-    def extrapolate(self, peaks: list[int], ahead_peak: int) -> int:
-        """The whole run's figure from the slices' synchronous peaks (in the order
-        of `slices`) and the peak of the slice run ahead: that, plus the increase
-        per block for each trained and frozen block it lacks."""
+    def extrapolate(self, peaks: list[int]) -> int:
+        """The whole run's figure from the slices' (in the order of `slices`): the
+        slice run as mlx-lm runs, plus the synchronous slices' increase per block
+        for each trained and frozen block it lacks."""
         by = dict(zip(self.slices, peaks))
-        peak = float(ahead_peak)
+        anchor = self.as_run
+        peak = float(by[anchor])
         if self.deeper is not None:
             per_trained = (by[self.deeper] - by[self.base]) / (self.deeper.trained - self.base.trained)
-            peak += (self.trained - self.as_run.trained) * per_trained
+            peak += (self.trained - anchor.trained) * per_trained
         frozen = self.total - self.trained
         if frozen and self.with_frozen is not None:
             per_frozen = (by[self.with_frozen] - by[self.base]) / self.with_frozen.frozen
@@ -133,9 +125,9 @@ def period(blocks: tuple[Block, ...]) -> int:
 
 def plan_slices(arch: Architecture, training: TrainingConfig) -> SlicePlan:
     """One period of the trained blocks and at least three blocks' worth of whole
-    periods (the deeper one then run ahead); one frozen period in front of the
-    first where the run has frozen blocks. A run with fewer than two periods of
-    trained blocks has them measured whole."""
+    periods, synchronously; two periods as mlx-lm runs them; one frozen period in
+    front of the first where the run has frozen blocks. A run with fewer than two
+    periods of trained blocks has them measured whole."""
     total = arch.num_layers
     n = training.layers_trained(total)
     p = period(arch.blocks[total - n:])
@@ -145,9 +137,11 @@ def plan_slices(arch: Architecture, training: TrainingConfig) -> SlicePlan:
         # slices at least two blocks apart halve what that does per block.
         deeper = p * max(2, -(-SYNCHRONOUS_SPAN // p))
         deeper = deeper if deeper <= n else 2 * p
-        slices = [Slice(p, p), Slice(deeper, deeper, ahead=True)]
+        slices = [Slice(p, p), Slice(deeper, deeper), Slice(2 * p, 2 * p, synchronous=False)]
+    elif frozen:
+        slices = [Slice(n, n), Slice(n, n, synchronous=False)]
     else:
-        slices = [Slice(n, n, ahead=True)]
+        slices = [Slice(n, n)]
     if frozen:
         kf = min(period(arch.blocks[:frozen]) if frozen > 1 else 1, frozen)
         slices.append(Slice(slices[0].blocks + kf, slices[0].trained))
@@ -177,13 +171,12 @@ def measure_by_slices(model, training: TrainingConfig, length: int | None, max_s
 
     plan = plan_slices(model.architecture, training)
     request = request_for(model, training, length=length, max_steps=max_steps)
-    request["slices"] = [{**s.to_dict(), "steps": s.steps(training), "ahead_steps": s.ahead_steps(training)}
-                         for s in plan.slices]
+    request["slices"] = [{**s.to_dict(), "steps": s.steps(training)} for s in plan.slices]
     done = run_child(request, timeout=timeout, on_event=on_event)
     measured = done["slices"]
+    steps_peak = plan.extrapolate([m["peak_bytes"] for m in measured])
+    load_peak = plan.extrapolate([m["load_peak_bytes"] for m in measured])
     as_run = measured[plan.slices.index(plan.as_run)]
-    steps_peak = plan.extrapolate([m["peak_bytes"] for m in measured], as_run["ahead_peak_bytes"])
-    load_peak = plan.extrapolate([m["load_peak_bytes"] for m in measured], as_run["load_peak_bytes"])
     seconds = sum(m["seconds"] + m["build_seconds"] for m in measured)
     return Measurement(
         peak_bytes=steps_peak,
@@ -200,8 +193,7 @@ def measure_by_slices(model, training: TrainingConfig, length: int | None, max_s
         slice={
             **plan.to_dict(),
             "peaks_bytes": [m["peak_with_load_bytes"] for m in measured],
-            "ahead_peak_bytes": as_run["ahead_peak_bytes"],
-            "peak_bytes": max([as_run["ahead_peak_bytes"]] + [m["peak_with_load_bytes"] for m in measured]),
+            "peak_bytes": max(m["peak_with_load_bytes"] for m in measured),
             "seconds": round(seconds, 2),
             "how": plan.describe(),
         },

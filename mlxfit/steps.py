@@ -80,18 +80,16 @@ def run_steps(
     min_steps: int = MIN_STEPS,
     on_step: Callable[[StepRecord], None] = lambda r: None,
     stable_within: float = 0.001,
-    before_step: Callable[[int], None] = lambda step: None,
 ) -> list[StepRecord]:
     """Train until the peak has held for two steps (at least `min_steps`, at most
     `max_steps`). One step is not enough: on the CPU backend the step at which
-    the optimizer state and the gradients first overlap varies from run to run.
-    `before_step(n)` runs before step n (1, 2, ...)."""
+    the optimizer state and the gradients first overlap varies from run to run."""
     from mlx_lm.utils import maybe_set_recommended_wired_limit
 
     maybe_set_recommended_wired_limit()
     optimizer = make_optimizer(training.optimizer)
     with checkpointed(model.layers[0] if training.grad_checkpoint else None):
-        return _run_steps(model, training, optimizer, batch_iter, max_steps, min_steps, on_step, stable_within, before_step)
+        return _run_steps(model, training, optimizer, batch_iter, max_steps, min_steps, on_step, stable_within)
 
 
 @contextmanager
@@ -114,7 +112,7 @@ def checkpointed(block: nn.Module | None):
         cls.__call__ = original
 
 
-def _run_steps(model, training, optimizer, batch_iter, max_steps, min_steps, on_step, stable_within, before_step):
+def _run_steps(model, training, optimizer, batch_iter, max_steps, min_steps, on_step, stable_within):
     from mlx_lm.tuner.trainer import default_loss
 
     loss_value_and_grad = nn.value_and_grad(model, default_loss)
@@ -141,7 +139,6 @@ def _run_steps(model, training, optimizer, batch_iter, max_steps, min_steps, on_
     # Every optimizer update must be seen: the optimizer state appears at the first.
     min_steps = max(min_steps, grad_accum_steps + 1)
     for it, batch in zip(range(1, max_steps + 1), batch_iter):
-        before_step(it)
         tic = time.perf_counter()
         lvalue, toks, grad_accum = step(batch, grad_accum, it % grad_accum_steps == 0)
         mx.eval(state, lvalue, toks, grad_accum)
@@ -166,7 +163,8 @@ def _run_steps(model, training, optimizer, batch_iter, max_steps, min_steps, on_
     return records
 
 
-class evaluated_synchronously:  # noqa: N801 - used as a context manager, like a function
+@contextmanager
+def evaluated_synchronously(on: bool = True):
     """Make every later `mx.eval` wait for the CPU worker, so a peak is the graph's
     own and not the scheduler's.
 
@@ -181,27 +179,17 @@ class evaluated_synchronously:  # noqa: N801 - used as a context manager, like a
     worker after every op while active memory exceeds the memory limit; a limit of
     0 keeps it at most one task (10 kernels) ahead. Slower (the main thread spins),
     so only for comparisons that must be exact; mlx-lm's own runs are asynchronous.
-    Even so a peak moves by about one activation-sized buffer from step to step
-    (the one task still pending). The limit is restored on leaving, or at
-    `end()`, after which evaluation runs ahead again.
+    The limit is restored afterwards. Even so a peak moves by about one
+    activation-sized buffer from step to step (the one task still pending).
     """
-
-    def __init__(self, on: bool = True):
-        self.on = on
-        self._previous = None
-
-    def __enter__(self):
-        if self.on:
-            self._previous = mx.set_memory_limit(0)
-        return self
-
-    def end(self) -> None:
-        if self._previous is not None:
-            mx.set_memory_limit(self._previous)
-            self._previous = None
-
-    def __exit__(self, *exc):
-        self.end()
+    if not on:
+        yield
+        return
+    previous = mx.set_memory_limit(0)
+    try:
+        yield
+    finally:
+        mx.set_memory_limit(previous)
 
 
 def _all_agree(flag: bool) -> bool:

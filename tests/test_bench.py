@@ -449,7 +449,7 @@ def test_a_sweep_measures_by_slice_what_this_machine_cannot_hold(small4):
     rows = {row["batch_size"]: row for row in data["rows"]}
     assert [rows[b]["measured_by"] for b in (1, 4)] == ["full", "slice"]
     assert all(row["status"] == "measured" for row in rows.values())
-    assert rows[4]["reason"].startswith("extrapolated from slices of 1 trained; 3 trained (then run ahead as mlx-lm runs), of the 4 blocks")
+    assert rows[4]["reason"].startswith("extrapolated from slices of 1 trained; 3 trained; 2 trained run ahead as mlx-lm runs, of the 4 blocks")
     assert rows[4]["measured_peak_bytes"] > rows[1]["measured_peak_bytes"]
     assert "measured by slice" in data["notes"][0]
 

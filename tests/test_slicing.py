@@ -24,31 +24,30 @@ def llama16():
 
 def test_slices_of_a_uniform_model():
     arch = llama16().architecture
-    # One block and three (then run ahead as mlx-lm runs).
-    deeper = Slice(3, 3, ahead=True)
-    assert plan_slices(arch, TrainingConfig(num_layers=-1)).slices == (Slice(1, 1), deeper)
+    # One block and three, synchronously; two as mlx-lm runs them.
+    as_run = Slice(2, 2, synchronous=False)
+    assert plan_slices(arch, TrainingConfig(num_layers=-1)).slices == (Slice(1, 1), Slice(3, 3), as_run)
     # Frozen leading blocks: one more slice with a frozen block in front.
-    assert plan_slices(arch, TrainingConfig(num_layers=8)).slices == (Slice(1, 1), deeper, Slice(2, 1))
-    # Two trained blocks: the slices are one block apart.
-    assert plan_slices(arch, TrainingConfig(num_layers=2)).slices == (Slice(1, 1), Slice(2, 2, ahead=True), Slice(2, 1))
+    assert plan_slices(arch, TrainingConfig(num_layers=8)).slices == (Slice(1, 1), Slice(3, 3), as_run, Slice(2, 1))
+    # Two trained blocks: the synchronous slices are one block apart.
+    assert plan_slices(arch, TrainingConfig(num_layers=2)).slices == (Slice(1, 1), Slice(2, 2), as_run, Slice(2, 1))
     # One trained block is measured whole, with a frozen one in front.
-    assert plan_slices(arch, TrainingConfig(num_layers=1)).slices == (Slice(1, 1, ahead=True), Slice(2, 1))
+    assert plan_slices(arch, TrainingConfig(num_layers=1)).slices == (Slice(1, 1), Slice(1, 1, False), Slice(2, 1))
 
 
-def test_slices_take_a_fixed_number_of_steps():
-    assert Slice(1, 1).steps(TrainingConfig()) == 4 and Slice(1, 1).ahead_steps(TrainingConfig()) == 0
+def test_synchronous_slices_take_a_fixed_number_of_steps():
+    assert Slice(1, 1).steps(TrainingConfig()) == 4
     assert Slice(1, 1).steps(TrainingConfig(grad_accumulation_steps=4)) == 6
-    assert Slice(3, 3, ahead=True).ahead_steps(TrainingConfig()) == 2
-    assert Slice(3, 3, ahead=True).ahead_steps(TrainingConfig(grad_accumulation_steps=4)) == 5
+    assert Slice(2, 2, synchronous=False).steps(TrainingConfig()) is None
 
 
 def test_slices_follow_the_block_pattern():
     gemma = from_catalog("google/gemma-3-1b-it").architecture  # 5 sliding, 1 global
     assert period(gemma.blocks) == 6
-    assert plan_slices(gemma, TrainingConfig(num_layers=-1)).slices == (Slice(6, 6), Slice(12, 12, ahead=True))
+    assert plan_slices(gemma, TrainingConfig(num_layers=-1)).slices == (Slice(6, 6), Slice(12, 12), Slice(12, 12, False))
     qwen35 = from_catalog("Qwen/Qwen3.5-4B").architecture  # 3 linear attention, 1 full
     assert period(qwen35.blocks) == 4
-    assert plan_slices(qwen35, TrainingConfig(num_layers=16)).slices == (Slice(4, 4), Slice(8, 8, ahead=True), Slice(8, 4))
+    assert plan_slices(qwen35, TrainingConfig(num_layers=16)).slices == (Slice(4, 4), Slice(8, 8), Slice(8, 8, False), Slice(8, 4))
 
 
 def test_a_model_too_shallow_to_slice_is_measured_whole():
@@ -58,10 +57,11 @@ def test_a_model_too_shallow_to_slice_is_measured_whole():
 
 
 def test_extrapolation_is_linear_in_trained_and_frozen_blocks():
-    plan = SlicePlan(total=16, trained=8, period=1, slices=(Slice(1, 1), Slice(3, 3, ahead=True), Slice(2, 1)))
-    # Synchronously 100 + 10 per trained block and 3 per frozen block; the deeper
-    # slice run ahead holds 25 more, which does not grow with depth.
-    assert plan.extrapolate([110, 130, 113], ahead_peak=155) == 155 + 5 * 10 + 8 * 3
+    slices = (Slice(1, 1), Slice(3, 3), Slice(2, 2, synchronous=False), Slice(2, 1))
+    plan = SlicePlan(total=16, trained=8, period=1, slices=slices)
+    # Synchronously 100 + 10 per trained block and 3 per frozen block; the slice run
+    # ahead holds 25 more, which does not grow with depth.
+    assert plan.extrapolate([110, 130, 145, 113]) == 145 + 6 * 10 + 8 * 3
 
 
 @pytest.mark.parametrize("flags, batch, length", [({}, 2, 256), ({"quantize": True}, 1, 128)], ids=["lora", "qlora"])
@@ -74,7 +74,7 @@ def test_slice_agrees_with_a_full_measurement(flags, batch, length):
     assert sliced.method == "slice" and full.method == "full"
     assert sliced.peak_with_load_bytes == pytest.approx(full.peak_with_load_bytes, rel=0.03)
     assert sliced.slice["peak_bytes"] < 0.45 * full.peak_with_load_bytes
-    assert [s["blocks"] for s in sliced.slice["blocks"]] == [1, 3] and len(sliced.slice["peaks_bytes"]) == 2
+    assert [s["blocks"] for s in sliced.slice["blocks"]] == [1, 3, 2] and len(sliced.slice["peaks_bytes"]) == 3
 
 
 def test_probe_measures_by_slice_a_run_that_would_not_fit(model_folder, platform, tmp_path):
@@ -88,6 +88,6 @@ def test_probe_measures_by_slice_a_run_that_would_not_fit(model_folder, platform
     assert result.exit_code == 0, result.output
     measured = json.loads(result.output)["measured"]
     assert measured["method"] == "slice"
-    assert [(s["blocks"], s["trained"], s["ahead"]) for s in measured["slice"]["blocks"]] == [
-        (1, 1, False), (3, 3, True), (2, 1, False)]
+    assert [(s["blocks"], s["trained"], s["synchronous"]) for s in measured["slice"]["blocks"]] == [
+        (1, 1, True), (3, 3, True), (2, 2, False), (2, 1, True)]
     assert measured["peak_with_load_bytes"] > max(measured["slice"]["peaks_bytes"])
