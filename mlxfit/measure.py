@@ -271,6 +271,8 @@ def _failure_message(returncode: int, result: dict | None, last: dict, held: int
         name = signal.Signals(-returncode).name
         if -returncode == signal.SIGKILL:
             return f"ran out of memory {where} after {format_gb(held, 2)}: the system killed the measuring process ({name})"
+        if -returncode in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            return f"the measuring process was stopped ({name}) {where} after {format_gb(held, 2)}: something outside it ended it"
         return (
             f"the measuring process crashed ({name}) {where} after {format_gb(held, 2)}; MLX dies this way "
             "when an allocation fails, so it most likely ran out of memory"

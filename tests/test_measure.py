@@ -321,3 +321,15 @@ def test_the_child_imports_the_mlxfit_that_spawned_it(tmp_path):
     out = subprocess.run([sys.executable, "-c", "import mlxfit; print(mlxfit.__file__)"], env=env, cwd=tmp_path,
                          capture_output=True, text=True, check=True).stdout.strip()
     assert Path(out).resolve() == Path(mlxfit.__file__).resolve()
+
+
+def test_a_child_stopped_from_outside_is_not_called_out_of_memory():
+    import signal as sig
+
+    from mlxfit.measure import _failure_message
+
+    last = {"stage": "training steps", "step": 0, "peak_bytes": 0}
+    stopped = _failure_message(-sig.SIGTERM, None, last, 270 * 10**6, [])
+    assert stopped.startswith("the measuring process was stopped (SIGTERM) at step 1") and "memory" not in stopped
+    assert "most likely ran out of memory" in _failure_message(-sig.SIGSEGV, None, last, 270 * 10**6, [])
+    assert _failure_message(-sig.SIGKILL, None, last, 270 * 10**6, []).startswith("ran out of memory at step 1")
