@@ -168,6 +168,29 @@ def _adapted(block: Block, keys) -> list:
     return [lin for lin in block.linears if keys is None or lin.path in keys]
 
 
+AHEAD_ADAPTERS = 3  # at most this many adapted linears after the attention: within the run-ahead
+
+
+def ahead_of_loss(blocks, keys, training: TrainingConfig) -> bool:
+    """Does the last trained block's attention backward run ahead into the loss's
+    backward? Traced with malloc on the CPU: Qwen3 full fine-tunes (1 x 2048 with 2, 4
+    and 6 of 6 blocks trained, 4 x 512) peak at the kept tensors + 4 logits + 2 scores
+    (1336 MB with 2 blocks; 866 MB with mx.eval made synchronous): between the two, a
+    trained linear adds one primitive (its weight's gradient) to a frozen one's. A
+    LoRA adapter adds about ten: Qwen3 LoRA (o, gate, up and down adapted after the
+    attention) frees the cross-entropy's buffers first; Phi-3 LoRA and DoRA (o,
+    gate_up and down) overlap. With no adapter after the attention (LoRA on q and v)
+    the path is the frozen one. With checkpointing the block's recomputed forward pass
+    comes first, and the peak falls inside the block (traced: Mixtral, 4 blocks)."""
+    if not blocks or training.grad_checkpoint:
+        return False
+    if training.fine_tune_type == "full":
+        return True
+    last = blocks[-1]
+    after = [lin for lin in _adapted(last, keys) if lin.path not in last.mixer_inputs]
+    return len(after) <= AHEAD_ADAPTERS
+
+
 def features(model: ModelInfo, training: TrainingConfig, length: int | None = None) -> dict:
     """Element and byte counts of one configuration; the fitted parts scale these."""
     arch, s = model.architecture, dtype_bytes(model)
@@ -240,6 +263,15 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         "scores_once_bytes": block_scores,
         "act_once_bytes": block_act,
         "act_full_once_bytes": dense_act if full else 0,
+        # On the CPU backend mx.eval runs ahead of the computation: the main thread
+        # allocates the outputs of up to ~50 primitives (MAX_ACTIVE_TASKS = 10 tasks of
+        # DISPATCHES_PER_TASK = 10 dispatches, two per primitive: mlx/transforms.cpp,
+        # mlx/backend/cpu/encoder.h, eval.cpp) before the worker thread has run them and
+        # freed their inputs. When few primitives stand between the cross-entropy's
+        # backward and the last block's attention backward, that backward's softmax
+        # gradient (dP, dS: 2 x B x H x T x T) is allocated while the cross-entropy's
+        # buffers are still alive (see ahead_of_loss).
+        "scores_ahead_bytes": block_scores if ahead_of_loss(blocks, keys, training) else 0,
         # With checkpointing, the block being differentiated first recomputes its
         # forward pass, scores included, inside the backward pass.
         "scores_recompute_bytes": block_scores if training.grad_checkpoint else 0,
@@ -299,6 +331,7 @@ TERMS = (
     ("dora", "dora_bytes", "dora temporaries", KEPT),
     ("dora_act", "dora_act_bytes", "dora temporaries", KEPT),
     ("logits", "logits_bytes", "logits and gradient", LOSS),
+    ("scores_ahead", "scores_ahead_bytes", "attention scores", LOSS),
     ("logits_softcap", "softcap_logits_bytes", "logits and gradient", LOSS),
     ("act_once", "act_once_bytes", "activations", BLOCK),
     ("act_full_once", "act_full_once_bytes", "activations", BLOCK),
