@@ -168,27 +168,26 @@ def _adapted(block: Block, keys) -> list:
     return [lin for lin in block.linears if keys is None or lin.path in keys]
 
 
-AHEAD_ADAPTERS = 3  # at most this many adapted linears after the attention: within the run-ahead
-
-
 def ahead_of_loss(blocks, keys, training: TrainingConfig) -> bool:
     """Does the last trained block's attention backward run ahead into the loss's
-    backward? Traced with malloc on the CPU: Qwen3 full fine-tunes (1 x 2048 with 2, 4
-    and 6 of 6 blocks trained, 4 x 512) peak at the kept tensors + 4 logits + 2 scores
-    (1336 MB with 2 blocks; 866 MB with mx.eval made synchronous): between the two, a
-    trained linear adds one primitive (its weight's gradient) to a frozen one's. A
-    LoRA adapter adds about ten: Qwen3 LoRA (o, gate, up and down adapted after the
-    attention) frees the cross-entropy's buffers first; Phi-3 LoRA and DoRA (o,
-    gate_up and down) overlap. With no adapter after the attention (LoRA on q and v)
-    the path is the frozen one. With checkpointing the block's recomputed forward pass
-    comes first, and the peak falls inside the block (traced: Mixtral, 4 blocks)."""
+    backward? Traced with malloc on the CPU (benchmarks/trace_peak.py): Qwen3 full
+    fine-tunes (1 x 2048 with 2, 4 and 6 of 6 blocks trained, 4 x 512) peak at the kept
+    tensors + 4 logits + 2 scores (1336 MB with 2 blocks; 866 MB with mx.eval made
+    synchronous): between the two, a trained linear adds one primitive (its weight's
+    gradient) to a frozen one's. LoRA adapters add many more: Qwen3 LoRA with o, gate,
+    up and down adapted after the attention, or only o, gate and down, frees the
+    cross-entropy's buffers first; Phi-3 LoRA and DoRA (o and its fused gate_up and
+    down) overlap. With no adapter after the attention (LoRA on q and v) the path is
+    the frozen one, shorter than a full fine-tune's. With checkpointing the block's
+    recomputed forward pass comes first, and the peak falls inside the block (traced:
+    Mixtral, 4 blocks)."""
     if not blocks or training.grad_checkpoint:
         return False
     if training.fine_tune_type == "full":
         return True
     last = blocks[-1]
     after = [lin for lin in _adapted(last, keys) if lin.path not in last.mixer_inputs]
-    return len(after) <= AHEAD_ADAPTERS
+    return not after or any(lin.path.endswith(FUSED) for lin in last.linears)
 
 
 def features(model: ModelInfo, training: TrainingConfig, length: int | None = None) -> dict:

@@ -119,6 +119,8 @@ def test_checkpointing_keeps_block_inputs_only():
     ("qwen3", "full", None, False, True),  # traced: dP and dS allocated while the loss's buffers live
     ("qwen3", "full", None, True, False),  # checkpointed: the recomputed forward pass comes first
     ("qwen3", "lora", None, False, False),  # o, gate, up, down adapted: the loss's buffers freed first
+    ("qwen3", "lora", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                       "mlp.gate_proj", "mlp.down_proj"), False, False),  # o, gate, down: traced, freed first too
     ("phi3", "lora", None, False, True),  # o, gate_up, down: traced overlapping
     ("phi3", "dora", None, False, True),
     ("llama", "lora", ("self_attn.q_proj", "self_attn.v_proj"), False, True),  # no adapter after the attention
