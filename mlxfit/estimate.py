@@ -270,7 +270,7 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         # backward and the last block's attention backward, that backward's softmax
         # gradient (dP, dS: 2 x B x H x T x T) is allocated while the cross-entropy's
         # buffers are still alive (see ahead_of_loss).
-        "scores_ahead_bytes": block_scores if ahead_of_loss(blocks, keys, training) else 0,
+        "scores_ahead_bytes": scores(blocks[-1]) if ahead_of_loss(blocks, keys, training) else 0,
         # With checkpointing, the block being differentiated first recomputes its
         # forward pass, scores included, inside the backward pass.
         "scores_recompute_bytes": block_scores if training.grad_checkpoint else 0,
@@ -369,7 +369,7 @@ def backend_features(f: dict, backend: str, runtime: Runtime | None = None, head
             # and its VJP run when the query length is a multiple of 128; only a float32
             # logsumexp per query row is kept instead of the B x H x T x T scores.
             per_row = 4 / f["s"] / f["tokens"]
-            return {**f, "scores_bytes": int(f["scores_bytes"] * per_row), "scores_once_bytes": 0}
+            return {**f, "scores_bytes": int(f["scores_bytes"] * per_row), "scores_once_bytes": 0, "scores_ahead_bytes": 0}
         # Fused forward, unfused backward: the VJP recomputes the probabilities of one
         # block at a time; none are kept across blocks.
         return {**f, "scores_bytes": 0, "scores_recompute_bytes": f["scores_once_bytes"]}
