@@ -67,24 +67,3 @@ def growth_advice(plan: Plan, measurements: list[dict]) -> list[str]:
                 "measure it again (--measure)"
             )
     return notes[:1]
-
-
-# benchmarks/accuracy.py: full fine-tunes of part of a model at long sequences
-# were underestimated by up to 16.6% (Qwen3, last 2 of 6 blocks, 1 x 2048).
-WEAK_SPOT_LENGTH = 2048
-WEAK_SPOT_UNDERESTIMATE = 0.166
-
-
-def estimate_caveats(plan: Plan) -> list[str]:
-    """Where the detailed estimate is known to run low, say so with the number."""
-    training, arch = plan.training, plan.model.architecture
-    if arch is None or training.fine_tune_type != "full" or training.max_seq_length < WEAK_SPOT_LENGTH:
-        return []
-    if training.layers_trained(arch.num_layers) >= arch.num_layers:
-        return []
-    need = plan.selected.predicted_bytes * (1 + WEAK_SPOT_UNDERESTIMATE)
-    return [
-        f"full fine-tunes of part of a model at {WEAK_SPOT_LENGTH}+ tokens have measured up to "
-        f"{WEAK_SPOT_UNDERESTIMATE:.0%} above the estimate (benchmarks/accuracy.py): plan for "
-        f"{format_gb(need)} or confirm with --measure"
-    ]

@@ -69,6 +69,7 @@ class Block:
     # A gated-delta recurrence (mlx_lm/models/gated_delta.py): value heads, key and
     # value head dims of its per-sequence state (0: no recurrence).
     recurrent: tuple[int, int, int] = (0, 0, 0)
+    mixer_inputs: tuple[str, ...] = ()  # paths of the mixer's input projections (q, k, v; in_proj)
 
     @property
     def params(self) -> int:
@@ -315,6 +316,7 @@ def _block(block: nn.Module, index: int, config: dict, hidden: int, tree: list) 
         experts_per_token=topk,
         expert_intermediate=max((l.in_features for l in expert_down), default=0),
         qk_norm=qk_norm,
+        mixer_inputs=tuple(l.path for l in inputs),
         recurrent=recurrent,
     )
 

@@ -198,11 +198,10 @@ def read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet):
 
 
 def gather_advice(plan, stats, machine, backend):
-    from .advice import data_advice, estimate_caveats, growth_advice
+    from .advice import data_advice, growth_advice
     from .calibration import stored
 
-    notes = estimate_caveats(plan) if plan.selected.detailed else []
-    notes += data_advice(plan, stats) if stats is not None else []
+    notes = data_advice(plan, stats) if stats is not None else []
     if not machine.hypothetical:
         notes += growth_advice(plan, stored())
     return notes

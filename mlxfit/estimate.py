@@ -227,6 +227,28 @@ def _per_block(arch: Architecture, keys: frozenset | None) -> dict[str, list[int
     return arch.memo[key]
 
 
+def ahead_of_loss(blocks, keys, training: TrainingConfig) -> bool:
+    """Does the last trained block's attention backward run ahead into the loss's
+    backward? Traced with malloc on the CPU (benchmarks/trace_peak.py): Qwen3 full
+    fine-tunes (1 x 2048 with 2, 4 and 6 of 6 blocks trained, 4 x 512) peak at the kept
+    tensors + 4 logits + 2 scores (1336 MB with 2 blocks; 866 MB with mx.eval made
+    synchronous): between the two, a trained linear adds one primitive (its weight's
+    gradient) to a frozen one's. LoRA adapters add many more: Qwen3 LoRA with o, gate,
+    up and down adapted after the attention, or only o, gate and down, frees the
+    cross-entropy's buffers first; Phi-3 LoRA and DoRA (o and its fused gate_up and
+    down) overlap. With no adapter after the attention (LoRA on q and v) the path is
+    the frozen one, shorter than a full fine-tune's. With checkpointing the block's
+    recomputed forward pass comes first, and the peak falls inside the block (traced:
+    Mixtral, 4 blocks)."""
+    if not blocks or training.grad_checkpoint:
+        return False
+    if training.fine_tune_type == "full":
+        return True
+    last = blocks[-1]
+    after = [lin for lin in _adapted(last, keys) if lin.path not in last.mixer_inputs]
+    return not after or any(lin.path.endswith(FUSED) for lin in last.linears)
+
+
 def features(model: ModelInfo, training: TrainingConfig, length: int | None = None) -> dict:
     """Element and byte counts of one configuration; the fitted parts scale these."""
     arch, s = model.architecture, dtype_bytes(model)
@@ -285,6 +307,15 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         # With checkpointing, the block being differentiated first recomputes its
         # forward pass, scores included, inside the backward pass.
         "scores_recompute_bytes": block_scores if training.grad_checkpoint else 0,
+        # On the CPU backend mx.eval runs ahead of the computation: the main thread
+        # allocates the outputs of up to ~50 primitives (MAX_ACTIVE_TASKS = 10 tasks of
+        # DISPATCHES_PER_TASK = 10 dispatches, two per primitive: mlx/transforms.cpp,
+        # mlx/backend/cpu/encoder.h, eval.cpp) before the worker thread has run them and
+        # freed their inputs. When few primitives stand between the cross-entropy's
+        # backward and the last block's attention backward, that backward's softmax
+        # gradient (dP, dS: 2 x B x H x T x T) is allocated while the cross-entropy's
+        # buffers are still alive (see ahead_of_loss).
+        "scores_ahead_bytes": B * trained["heads"][-1] * T * T * s if ahead_of_loss(arch.blocks[first:], keys, training) else 0,
         # Per-head RMSNorms on q and k (qwen3, gemma3): with their weights trained,
         # their VJP builds q- and k-sized temporaries.
         "qk_norm_full_bytes": B * T * s * over_blocks("qk_norm") if full else 0,
@@ -342,6 +373,7 @@ TERMS = (
     ("dora", "dora_bytes", "dora temporaries", KEPT),
     ("dora_act", "dora_act_bytes", "dora temporaries", KEPT),
     ("logits", "logits_bytes", "logits and gradient", LOSS),
+    ("scores_ahead", "scores_ahead_bytes", "attention scores", LOSS),
     ("logits_softcap", "softcap_logits_bytes", "logits and gradient", LOSS),
     ("act_once", "act_once_bytes", "activations", BLOCK),
     ("act_full_once", "act_full_once_bytes", "activations", BLOCK),
@@ -380,7 +412,7 @@ def backend_features(f: dict, backend: str, runtime: Runtime | None = None, head
             # and its VJP run when the query length is a multiple of 128; only a float32
             # logsumexp per query row is kept instead of the B x H x T x T scores.
             per_row = 4 / f["s"] / f["tokens"]
-            return {**f, "scores_bytes": int(f["scores_bytes"] * per_row), "scores_once_bytes": 0}
+            return {**f, "scores_bytes": int(f["scores_bytes"] * per_row), "scores_once_bytes": 0, "scores_ahead_bytes": 0}
         # Fused forward, unfused backward: the VJP recomputes the probabilities of one
         # block at a time; none are kept across blocks.
         return {**f, "scores_bytes": 0, "scores_recompute_bytes": f["scores_once_bytes"]}

@@ -336,12 +336,6 @@ def test_one_malformed_line_is_singular(capsys):
     assert "skipped 1 malformed line (first: 2)" in capsys.readouterr().out
 
 
-def test_advice_comes_before_the_units_footer():
-    out = run("probe", "--model", "Qwen/Qwen3-0.6B", "--batch-size", "1", "--method", "full", "--num-layers", "8")
-    lines = out.splitlines()
-    assert "advice:" in out and lines[-1] == "GB = 10^9 bytes."
-
-
 def test_no_references_a_user_cannot_follow():
     for args in (("probe", "--model", "7B"), ("probe", "--model", QWEN7, "--memory", "16GB"), ("fits",)):
         out = run(*args)

@@ -243,16 +243,6 @@ def test_python_dash_m_works():
     assert "mlxfit" in out
 
 
-def test_probe_warns_where_the_estimate_has_measured_low(platform):
-    """A full fine-tune of part of a model at 2048+ tokens: the accuracy grid's weak spot."""
-    platform(LINUX_CPU)
-    base = ("probe", "--model", "Qwen/Qwen3-0.6B", "--batch-size", "1", "--max-seq-length", "2048")
-    partial = run_json(*base, "--method", "full", "--num-layers", "8")
-    assert any("17% above the estimate" in note for note in partial["advice"])
-    for other in (("--method", "full", "--num-layers", "-1"), ("--method", "lora", "--num-layers", "8")):
-        assert not any("above the estimate" in note for note in run_json(*base, *other)["advice"])
-
-
 @pytest.mark.parametrize(
     "change, message",
     [

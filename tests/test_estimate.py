@@ -115,6 +115,25 @@ def test_checkpointing_keeps_block_inputs_only():
     assert gc["checkpoint_bytes"] == 2 * 128 * h * (n + 1) * 2 and plain["checkpoint_bytes"] == 0
 
 
+@pytest.mark.parametrize("name, fine_tune_type, keys, gc, ahead", [
+    ("qwen3", "full", None, False, True),  # traced: dP and dS allocated while the loss's buffers live
+    ("qwen3", "full", None, True, False),  # checkpointed: the recomputed forward pass comes first
+    ("qwen3", "lora", None, False, False),  # o, gate, up, down adapted: the loss's buffers freed first
+    ("qwen3", "lora", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                       "mlp.gate_proj", "mlp.down_proj"), False, False),  # o, gate, down: traced, freed first too
+    ("phi3", "lora", None, False, True),  # o, gate_up, down: traced overlapping
+    ("phi3", "dora", None, False, True),
+    ("llama", "lora", ("self_attn.q_proj", "self_attn.v_proj"), False, True),  # no adapter after the attention
+])
+def test_the_last_blocks_attention_backward_runs_ahead_into_the_loss(name, fine_tune_type, keys, gc, ahead):
+    """mlxfit/estimate.py ahead_of_loss, as benchmarks/trace_peak.py showed it on the CPU."""
+    _, info = tiny(name)
+    training = TrainingConfig(fine_tune_type=fine_tune_type, lora_keys=keys, num_layers=2, batch_size=1,
+                              max_seq_length=129, grad_checkpoint=gc)
+    f = features(info, training)
+    assert f["scores_ahead_bytes"] == (f["scores_once_bytes"] if ahead else 0) and f["scores_once_bytes"] > 0
+
+
 def test_only_fused_projections_split_their_outputs():
     for name, fused in (("phi3", True), ("llama", False)):
         _, info = tiny(name)

@@ -32,6 +32,10 @@ def _rows(name):
 # -- mechanisms, on the CPU backend -------------------------------------------------------
 
 def _peak_of(fn, *args):
+    """The graph's own peak: mx.eval made to wait for the CPU worker after each task (a
+    memory limit of 0, mlxfit/steps.py evaluate_synchronously), so the outputs that the
+    main thread allocates ahead of the worker (up to ten tasks of them, more the slower the
+    worker: benchmarks/trace_peak.py) do not depend on the machine's load."""
     import mlx.core as mx
 
     mx.eval(*args)
@@ -39,7 +43,11 @@ def _peak_of(fn, *args):
     mx.clear_cache()
     mx.reset_peak_memory()
     base = mx.get_active_memory()
-    mx.eval(fn(*args))
+    limit = mx.set_memory_limit(0)
+    try:
+        mx.eval(fn(*args))
+    finally:
+        mx.set_memory_limit(limit)
     return mx.get_peak_memory() - base
 
 
