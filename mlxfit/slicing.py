@@ -30,8 +30,9 @@ from .errors import MlxfitError
 from .training import TrainingConfig
 
 
-SYNCHRONOUS_STEPS = 4  # Adam's state exists from the second step; two more to reach the peak
+SYNCHRONOUS_STEPS = 4  # Adam's state exists from the second step: three steps' mean peak
 SYNCHRONOUS_SPAN = 3  # blocks in the deeper synchronous slice, at least (whole periods)
+FROZEN_SPAN = 2  # frozen blocks in front of the base slice, at least (whole periods)
 
 
 @dataclass(frozen=True)
@@ -45,10 +46,11 @@ class Slice:
         return self.blocks - self.trained
 
     def steps(self, training: TrainingConfig) -> int | None:
-        """A synchronous slice takes a fixed number of steps: its peak still moves by
-        about one activation from step to step, and the slices are compared after
-        the same number of chances to reach it. None: until the peak settles."""
-        return max(SYNCHRONOUS_STEPS, training.grad_accumulation_steps + 2) if self.synchronous else None
+        """A synchronous slice takes a fixed number of steps (whole accumulation
+        cycles): its peak still moves by about one activation from step to step, so
+        the slices are compared by their mean peak over the same steps. None: until
+        the peak settles."""
+        return SYNCHRONOUS_STEPS * training.grad_accumulation_steps if self.synchronous else None
 
     def label(self) -> str:
         return (f"{self.trained} trained" + (f" + {self.frozen} frozen" if self.frozen else "")
@@ -143,7 +145,11 @@ def plan_slices(arch: Architecture, training: TrainingConfig) -> SlicePlan:
     else:
         slices = [Slice(n, n)]
     if frozen:
-        kf = min(period(arch.blocks[:frozen]) if frozen > 1 else 1, frozen)
+        # Two frozen blocks at least (whole periods where the frozen ones have a
+        # pattern): one block's increase is about the size of the step-to-step noise
+        # when the run checkpoints or quantizes.
+        pf = period(arch.blocks[:frozen]) if frozen > 1 else 1
+        kf = min(pf * -(-FROZEN_SPAN // pf), frozen)
         slices.append(Slice(slices[0].blocks + kf, slices[0].trained))
     if max(s.blocks for s in slices) >= total:
         raise MlxfitError(
@@ -174,7 +180,9 @@ def measure_by_slices(model, training: TrainingConfig, length: int | None, max_s
     request["slices"] = [{**s.to_dict(), "steps": s.steps(training)} for s in plan.slices]
     done = run_child(request, timeout=timeout, on_event=on_event)
     measured = done["slices"]
-    steps_peak = plan.extrapolate([m["peak_bytes"] for m in measured])
+    # The synchronous slices by their mean peak per step, the one run ahead by its peak.
+    figures = [m["typical_peak_bytes"] if s.synchronous else m["peak_bytes"] for s, m in zip(plan.slices, measured)]
+    steps_peak = plan.extrapolate(figures)
     load_peak = plan.extrapolate([m["load_peak_bytes"] for m in measured])
     as_run = measured[plan.slices.index(plan.as_run)]
     seconds = sum(m["seconds"] + m["build_seconds"] for m in measured)

@@ -28,16 +28,16 @@ def test_slices_of_a_uniform_model():
     as_run = Slice(2, 2, synchronous=False)
     assert plan_slices(arch, TrainingConfig(num_layers=-1)).slices == (Slice(1, 1), Slice(3, 3), as_run)
     # Frozen leading blocks: one more slice with a frozen block in front.
-    assert plan_slices(arch, TrainingConfig(num_layers=8)).slices == (Slice(1, 1), Slice(3, 3), as_run, Slice(2, 1))
+    assert plan_slices(arch, TrainingConfig(num_layers=8)).slices == (Slice(1, 1), Slice(3, 3), as_run, Slice(3, 1))
     # Two trained blocks: the synchronous slices are one block apart.
-    assert plan_slices(arch, TrainingConfig(num_layers=2)).slices == (Slice(1, 1), Slice(2, 2), as_run, Slice(2, 1))
+    assert plan_slices(arch, TrainingConfig(num_layers=2)).slices == (Slice(1, 1), Slice(2, 2), as_run, Slice(3, 1))
     # One trained block is measured whole, with a frozen one in front.
-    assert plan_slices(arch, TrainingConfig(num_layers=1)).slices == (Slice(1, 1), Slice(1, 1, False), Slice(2, 1))
+    assert plan_slices(arch, TrainingConfig(num_layers=1)).slices == (Slice(1, 1), Slice(1, 1, False), Slice(3, 1))
 
 
 def test_synchronous_slices_take_a_fixed_number_of_steps():
     assert Slice(1, 1).steps(TrainingConfig()) == 4
-    assert Slice(1, 1).steps(TrainingConfig(grad_accumulation_steps=4)) == 6
+    assert Slice(1, 1).steps(TrainingConfig(grad_accumulation_steps=4)) == 16
     assert Slice(2, 2, synchronous=False).steps(TrainingConfig()) is None
 
 
@@ -57,11 +57,11 @@ def test_a_model_too_shallow_to_slice_is_measured_whole():
 
 
 def test_extrapolation_is_linear_in_trained_and_frozen_blocks():
-    slices = (Slice(1, 1), Slice(3, 3), Slice(2, 2, synchronous=False), Slice(2, 1))
+    slices = (Slice(1, 1), Slice(3, 3), Slice(2, 2, synchronous=False), Slice(3, 1))
     plan = SlicePlan(total=16, trained=8, period=1, slices=slices)
     # Synchronously 100 + 10 per trained block and 3 per frozen block; the slice run
     # ahead holds 25 more, which does not grow with depth.
-    assert plan.extrapolate([110, 130, 145, 113]) == 145 + 6 * 10 + 8 * 3
+    assert plan.extrapolate([110, 130, 145, 116]) == 145 + 6 * 10 + 8 * 3
 
 
 @pytest.mark.parametrize("flags, batch, length", [({}, 2, 256), ({"quantize": True}, 1, 128)], ids=["lora", "qlora"])
@@ -89,5 +89,5 @@ def test_probe_measures_by_slice_a_run_that_would_not_fit(model_folder, platform
     measured = json.loads(result.output)["measured"]
     assert measured["method"] == "slice"
     assert [(s["blocks"], s["trained"], s["synchronous"]) for s in measured["slice"]["blocks"]] == [
-        (1, 1, True), (3, 3, True), (2, 2, False), (2, 1, True)]
+        (1, 1, True), (3, 3, True), (2, 2, False), (3, 1, True)]
     assert measured["peak_with_load_bytes"] > max(measured["slice"]["peaks_bytes"])
