@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT))
 
 from mlxfit.estimate import MOMENTS, TERMS, estimate, update_in_flight_bytes  # noqa: E402
 from mlxfit.measure import MeasurementFailed, measure, request_for  # noqa: E402
-from mlxfit.model import _from_config, catalog  # noqa: E402
+from mlxfit.model.resolve import _from_config, catalog  # noqa: E402
+from mlxfit.model.training import TrainingConfig  # noqa: E402
 from mlxfit.rule import rule_bytes  # noqa: E402
-from mlxfit.training import TrainingConfig  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 CACHE = RESULTS / "accuracy_measurements.jsonl"

@@ -1,4 +1,4 @@
-"""Does `mlxfit.dataset.measure` stream? Memory must stay flat however big the file.
+"""Does `mlxfit.model.dataset.measure` stream? Memory must stay flat however big the file.
 
 Writes a chat-format JSONL of the given size (default 200 MB) to a temporary folder,
 measures it, and samples the process's resident memory (RSS) at every progress call.
@@ -24,7 +24,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mlxfit.dataset import approximation, load_tokenizer, measure  # noqa: E402
+from mlxfit.model.dataset import approximation, load_tokenizer, measure  # noqa: E402
 
 WORDS = "the quick brown fox jumps over a lazy dog while memory fits or it does not".split()
 MB = 10**6

@@ -53,8 +53,8 @@ import json, sys, tempfile
 from pathlib import Path
 from mlx_lm.tuner.trainer import TrainingArgs, TrainingCallback, train
 from mlxfit.build import build
+from mlxfit.model.training import TrainingConfig
 from mlxfit.steps import full_length_dataset, make_optimizer
-from mlxfit.training import TrainingConfig
 
 request = json.loads(sys.stdin.read())
 training = TrainingConfig(**request["training"])

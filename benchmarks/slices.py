@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mlxfit.measure import measure, request_for  # noqa: E402
-from mlxfit.model import _from_config, catalog  # noqa: E402
+from mlxfit.model.resolve import _from_config, catalog  # noqa: E402
+from mlxfit.model.training import TrainingConfig  # noqa: E402
 from mlxfit.slicing import measure_by_slices  # noqa: E402
-from mlxfit.training import TrainingConfig  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 STEPS = 6

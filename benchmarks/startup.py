@@ -92,7 +92,7 @@ def main() -> None:
                 *mlxfit_command(), "probe", "--model", args.model, "--memory", "96GB", "--json"],
         }
         if args.mlx_train_perf:
-            from mlxfit.model import catalog
+            from mlxfit.model.resolve import catalog
 
             config = Path(tmp) / "config.json"
             config.write_text(json.dumps(catalog()[args.model.lower()][1]))

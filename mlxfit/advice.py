@@ -13,8 +13,8 @@ KEEP_SHARE = 0.95
 
 
 def data_advice(plan: Plan, stats) -> list[str]:
-    """`stats`: mlxfit.dataset.DataStats (imported only when there is data)."""
-    from .dataset import padded_length, smallest_max_length
+    """`stats`: mlxfit.model.dataset.DataStats (imported only when there is data)."""
+    from .model.dataset import padded_length, smallest_max_length
 
     training, model = plan.training, plan.model
     notes: list[str] = []

@@ -23,9 +23,9 @@ from typing import Callable, Iterator
 
 from . import measure as measuring
 from .errors import BadInput, MlxfitError
-from .model import ModelInfo
+from .model.resolve import ModelInfo
+from .model.training import FINE_TUNE_TYPES, TrainingConfig
 from .plan import predict, training_for
-from .training import FINE_TUNE_TYPES, TrainingConfig
 from .units import format_size
 
 # Sweepable settings, outermost first: the order combinations are built in

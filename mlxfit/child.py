@@ -214,7 +214,7 @@ def measure_once(request: dict, training, blocks: int | None = None, synchronous
 def run(request: dict) -> None:
     """One run (`measured`), or the slices a request lists, in turn (`slices`)."""
     from .errors import MlxfitError
-    from .training import TrainingConfig
+    from .model.training import TrainingConfig
 
     training = TrainingConfig(**request["training"])
     step_now = 0

@@ -9,7 +9,7 @@ import click
 
 from . import __version__
 from .errors import MlxfitError
-from .training import FINE_TUNE_TYPES, OPTIMIZERS
+from .model.training import FINE_TUNE_TYPES, OPTIMIZERS
 
 from .cli_options import (  # noqa: F401  (cli_bench imports them from here too)
     CONTEXT_SETTINGS,
@@ -56,7 +56,7 @@ def memory(memory, gpu_memory, reserve, json_):
 
 
 def _default(name):
-    from .training import defaults
+    from .model.training import defaults
 
     return defaults()[name]
 
@@ -106,9 +106,9 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     """
     from pathlib import Path
 
-    from .model import resolve_model
+    from .model.resolve import resolve_model
+    from .model.runconfig import check_against_model, check_method, one_model, resolve, with_method
     from .plan import make_plan
-    from .runconfig import check_against_model, check_method, one_model, resolve, with_method
 
     model_spec = one_model(model_arg, model_spec)
     host_list = None
@@ -181,7 +181,8 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
 
 
 def read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet):
-    from . import dataset, render
+    from . import render
+    from .model import dataset
 
     choice = dataset.load_tokenizer(model, trust_remote_code=trust_remote_code)
     with render.data_progress(quiet=quiet) as on_progress:
@@ -285,7 +286,7 @@ def fits(memory, gpu_memory, reserve, json_):
 def models(json_):
     """List the built-in catalog (works offline; ids as on the Hugging Face Hub)."""
     from . import render
-    from .model import catalog_rows
+    from .model.resolve import catalog_rows
 
     rows = catalog_rows()
     if json_:

@@ -9,7 +9,7 @@ import click
 
 from .cli_options import CONTEXT_SETTINGS, get_machine, handle_errors, json_option, local_calibration, machine_options
 from .errors import BadInput, MlxfitError
-from .training import OPTIMIZERS, TrainingConfig
+from .model.training import OPTIMIZERS, TrainingConfig
 
 LIST = "N[,N...]"
 MAX_CHOICES = ("batch_size", "max_seq_length", "batch-size", "max-seq-length")
@@ -74,7 +74,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     """
     from . import bench as lib
     from . import render, render_bench
-    from .model import resolve_model
+    from .model.resolve import resolve_model
 
     ctx = click.get_current_context()
     given = {

@@ -23,11 +23,12 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import data_text, lazy_model
-from .architecture import Architecture, Block
-from .model import ModelInfo
+from . import data_text
+from .model import lazy_model
+from .model.architecture import Architecture, Block
+from .model.resolve import ModelInfo
+from .model.training import TrainingConfig
 from .runtime import Runtime
-from .training import TrainingConfig
 
 BACKENDS = ("cpu", "metal", "cuda")
 ACT_H, ACT_QKV, ACT_I = 6, 2, 4  # tensors kept per block, by width (see features)

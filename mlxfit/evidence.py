@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from .model import ModelInfo, resolve_model
-from .training import TrainingConfig
+from .model.resolve import ModelInfo, resolve_model
+from .model.training import TrainingConfig
 
 GB = 10**9
 QV = ("self_attn.q_proj", "self_attn.v_proj")  # mlx-lm's default keys before 0.28.2
@@ -79,7 +79,7 @@ class Run:
     def model_info(self) -> ModelInfo:
         info = resolve_model(self.model)
         if self.config:
-            from .model import _from_config
+            from .model.resolve import _from_config
 
             info = _from_config(info.id, info.source, {**info.config, **self.config})
         return info

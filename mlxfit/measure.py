@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import MlxfitError
-from .model import ModelInfo
-from .training import TrainingConfig
+from .model.resolve import ModelInfo
+from .model.training import TrainingConfig
 from .units import format_gb
 
 DEFAULT_MAX_STEPS = 6

@@ -11,9 +11,9 @@ from functools import lru_cache
 
 from .estimate import Breakdown, estimate
 from .machine import Machine
-from .model import ModelInfo
+from .model.resolve import ModelInfo
+from .model.training import TrainingConfig
 from .rule import RULES, rule_bytes
-from .training import TrainingConfig
 from .uncertainty import predicted_range, range_basis, verdict as range_verdict
 from .units import GB, format_count, format_gb
 
@@ -145,7 +145,7 @@ class CatalogSize:
 @lru_cache(maxsize=1)
 def catalog_sizes() -> tuple[CatalogSize, ...]:
     """Every catalog model's size, from the catalog's data (nothing built)."""
-    from .model import catalog_entries, text_config
+    from .model.resolve import catalog_entries, text_config
 
     return tuple(
         CatalogSize(e["id"], e["params"], text_config(e["config"]).get("model_type") or e["config"]["model_type"], e["moe"])
@@ -156,7 +156,7 @@ def catalog_sizes() -> tuple[CatalogSize, ...]:
 @lru_cache(maxsize=None)
 def catalog_model(hub_id: str) -> ModelInfo:
     """A catalog model with its architecture, built once per process, when asked."""
-    from .model import from_catalog
+    from .model.resolve import from_catalog
 
     return from_catalog(hub_id)
 
@@ -277,7 +277,7 @@ def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, back
               length: int | None = None, data=None, runtime=None) -> Plan:
     """`calibration` only makes sense for the machine it was measured on; `length`
     is the widest batch of the user's data and `data` its statistics
-    (mlxfit.dataset.DataStats), when they are known."""
+    (mlxfit.model.dataset.DataStats), when they are known."""
     backend = backend or machine.backend
     if model.quantized and not training.quantize and training.fine_tune_type != "full":
         training = replace(training, quantize=True)  # LoRA on a quantized base is QLoRA

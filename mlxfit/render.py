@@ -362,7 +362,7 @@ def render_reference(plan: Plan) -> None:
 
 def settings_words(training) -> str:
     """What a reference estimate's batch × length stands for."""
-    from .training import defaults
+    from .model.training import defaults
 
     d = defaults()
     if (training.batch_size, training.max_seq_length) == (d["batch_size"], d["max_seq_length"]):

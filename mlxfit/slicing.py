@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .architecture import Architecture, Block
 from .errors import MlxfitError
-from .training import TrainingConfig
+from .model.architecture import Architecture, Block
+from .model.training import TrainingConfig
 
 
 SYNCHRONOUS_STEPS = 4  # Adam's state exists from the second step: three steps' mean peak

@@ -25,7 +25,7 @@ import numpy as np
 from mlx.nn.utils import average_gradients
 from mlx.utils import tree_map
 
-from .training import TrainingConfig
+from .model.training import TrainingConfig
 
 LEARNING_RATE = 1e-5  # mlx_lm/lora.py CONFIG_DEFAULTS["learning_rate"]
 MIN_STEPS = 3  # the optimizer state appears at the first update; the peak settles after it

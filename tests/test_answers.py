@@ -106,8 +106,8 @@ def test_model_remedy_is_a_real_catalog_model_by_the_detailed_estimate():
 def test_with_data_the_cut_keeps_the_long_tail():
     from types import SimpleNamespace
 
+    from mlxfit.model.training import TrainingConfig
     from mlxfit.remedies import length_floor
-    from mlxfit.training import TrainingConfig
 
     data = SimpleNamespace(lengths=list(range(1, 1001)))
     assert length_floor(TrainingConfig(), data) == 990  # 99% of examples stay whole
@@ -319,7 +319,7 @@ def test_apple_gb_sizes_get_a_gib_note():
 
 
 def test_json_error_is_not_at_at(tmp_path):
-    from mlxfit.dataset import _BadLine, _parse
+    from mlxfit.model.dataset import _BadLine, _parse
 
     with pytest.raises(_BadLine) as e:
         _parse(b'{"prompt": "unterminated')
@@ -328,7 +328,7 @@ def test_json_error_is_not_at_at(tmp_path):
 
 def test_one_malformed_line_is_singular(capsys):
     from mlxfit import render
-    from mlxfit.dataset import DataStats
+    from mlxfit.model.dataset import DataStats
 
     stats = DataStats("t.jsonl", "text", 3, 1, 1, 1, 1, 0, 0, 33, 4, 2048, "approx", True,
                       skipped_lines=1, bad_lines=((2, "is empty"),))

@@ -16,10 +16,10 @@ from mlx.utils import tree_flatten
 from mlx_lm.tuner.utils import linear_to_lora_layers
 from mlx_lm.utils import MODEL_ARCHITECTURE_REMAPPING, MODEL_REMAPPING, _get_classes, load_model, quantize_model
 
-from mlxfit import lazy_model, mlx_lm_modules
-from mlxfit.architecture import architecture_from_config
 from mlxfit.errors import MlxfitError
-from mlxfit.model import _from_config, catalog, catalog_entries
+from mlxfit.model import lazy_model, mlx_lm_modules
+from mlxfit.model.architecture import architecture_from_config
+from mlxfit.model.resolve import _from_config, catalog, catalog_entries
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ALL_CONFIGS = json.loads((FIXTURES / "tiny_configs.json").read_text())
@@ -243,7 +243,7 @@ def test_leaf_modules_are_mlx_nn_s(name):
     """The quantization walk (module_tree.leaf_modules) visits nn.quantize's layers, in its order."""
     import mlx.nn as nn
 
-    from mlxfit import module_tree
+    from mlxfit.model import module_tree
 
     model = lazy_model._construct(ALL_CONFIGS[name])
     theirs = tree_flatten(model.leaf_modules(), is_leaf=nn.Module.is_module)

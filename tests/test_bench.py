@@ -18,9 +18,9 @@ from mlxfit.cli import cli
 from mlxfit.cli_bench import bench
 from mlxfit.errors import BadInput
 from mlxfit.measure import Measurement, MeasurementFailed
-from mlxfit.model import from_folder
+from mlxfit.model.resolve import from_folder
+from mlxfit.model.training import TrainingConfig
 from mlxfit.plan import predict
-from mlxfit.training import TrainingConfig
 from conftest import LINUX_CPU
 from tiny_configs import TINY
 
@@ -67,7 +67,7 @@ class FakeMeasure:
         self.calls = []
 
     def peak(self, request):
-        from mlxfit.model import _from_config
+        from mlxfit.model.resolve import _from_config
 
         model = _from_config("fake", "local", request["config"])
         return int(self.scale * predict(model, TrainingConfig(**request["training"]), "cpu")[0]) + self.offset

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from mlxfit import calibration as store
 from mlxfit.cli import cli
-from mlxfit.model import from_folder, resolve_model
+from mlxfit.model.resolve import from_folder, resolve_model
+from mlxfit.model.training import TrainingConfig
 from mlxfit.plan import predict
-from mlxfit.training import TrainingConfig
 from conftest import LINUX_CPU
 
 TINY = Path(__file__).parent.parent / "examples" / "tiny-llama"

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlxfit.dataset import (
+from mlxfit.errors import BadInput, MlxfitError
+from mlxfit.model.dataset import (
     FEATURES,
     DataStats,
     TokenizerChoice,
@@ -21,8 +22,7 @@ from mlxfit.dataset import (
     training_file,
     worst_batch_tokens,
 )
-from mlxfit.errors import BadInput, MlxfitError
-from mlxfit.model import ModelInfo
+from mlxfit.model.resolve import ModelInfo
 
 from conftest import WORDS  # noqa: E402  (the tokenizer_folder fixture lives in conftest)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from mlxfit.measure import measure, request_for
-from mlxfit.model import from_folder
-from mlxfit.training import TrainingConfig
+from mlxfit.model.resolve import from_folder
+from mlxfit.model.training import TrainingConfig
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "tiny-llama"
 ARGS = ["--model", str(EXAMPLE), "--num-layers", "-1", "--max-seq-length", "128", "--measure", "--json"]

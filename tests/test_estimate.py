@@ -6,9 +6,9 @@ from mlx.utils import tree_flatten
 
 from mlxfit.build import prepare_for_training, quantize, random_model
 from mlxfit.estimate import BACKENDS, estimate, features, optimizer_state_elements, weight_bytes
-from mlxfit.model import _from_config, from_catalog
+from mlxfit.model.resolve import _from_config, from_catalog
+from mlxfit.model.training import OPTIMIZERS, TrainingConfig
 from mlxfit.steps import make_optimizer
-from mlxfit.training import OPTIMIZERS, TrainingConfig
 from tiny_configs import TINY
 
 ARCHS = ["llama", "llama_untied_bias", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "phi3", "mixtral"]
@@ -172,7 +172,8 @@ def test_sizing_does_not_depend_on_what_was_sized_before():
     sizes a few hundred runs of one model) give each run the bytes it gets alone."""
     from dataclasses import replace
 
-    from mlxfit import estimate as est, lazy_model
+    from mlxfit import estimate as est
+    from mlxfit.model import lazy_model
 
     runs = [TrainingConfig(fine_tune_type=f, num_layers=n, rank=r, quantize=q, grad_checkpoint=c, lora_keys=k)
             for f, n, r, q, c, k in [

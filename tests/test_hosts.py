@@ -28,8 +28,8 @@ def test_discrete_gpu_never_counts_system_ram(platform):
 
 def test_cuda_fused_attention_drops_the_scores():
     from mlxfit.estimate import estimate
-    from mlxfit.model import from_catalog
-    from mlxfit.training import TrainingConfig
+    from mlxfit.model.resolve import from_catalog
+    from mlxfit.model.training import TrainingConfig
 
     model = from_catalog("meta-llama/Llama-3.2-1B-Instruct")
     # mlx-lm pads to 1 + 32k tokens, so the model sees 32k: 1025 -> 1024, a multiple of 128.

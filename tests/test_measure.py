@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from mlxfit.cli import cli
 from mlxfit.measure import MeasurementFailed, measure, request_for
-from mlxfit.model import from_folder
-from mlxfit.training import TrainingConfig
+from mlxfit.model.resolve import from_folder
+from mlxfit.model.training import TrainingConfig
 from conftest import LINUX_CPU
 from tiny_configs import TINY
 
@@ -146,7 +146,7 @@ def test_timeout(tmp_path):
 
 def test_bare_size_cannot_be_measured():
     from mlxfit.errors import MlxfitError
-    from mlxfit.model import from_size
+    from mlxfit.model.resolve import from_size
 
     with pytest.raises(MlxfitError, match="bare size with no architecture"):
         request_for(from_size("7B"), TrainingConfig())

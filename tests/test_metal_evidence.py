@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from mlxfit import evidence as ev
 from mlxfit.cli import cli
 from mlxfit.estimate import estimate
-from mlxfit.model import from_catalog
+from mlxfit.model.resolve import from_catalog
+from mlxfit.model.training import TrainingConfig
 from mlxfit.runtime import Runtime
-from mlxfit.training import TrainingConfig
 from mlxfit.uncertainty import predicted_range, ranges, verdict
 
 EVIDENCE = Path(__file__).resolve().parent.parent / "benchmarks" / "evidence"

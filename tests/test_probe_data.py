@@ -8,8 +8,8 @@ from click.testing import CliRunner
 
 from mlxfit.cli import cli
 from mlxfit.estimate import estimate
-from mlxfit.model import from_folder
-from mlxfit.training import TrainingConfig
+from mlxfit.model.resolve import from_folder
+from mlxfit.model.training import TrainingConfig
 from conftest import LINUX_CPU
 from tiny_configs import TINY
 

@@ -3,10 +3,10 @@
 import pytest
 
 from mlxfit.machine import build_machine
+from mlxfit.model.resolve import from_size
+from mlxfit.model.training import TrainingConfig
 from mlxfit.plan import fits_table, largest_fitting_params, make_plan
-from mlxfit.model import from_size
 from mlxfit.rule import rule_bytes
-from mlxfit.training import TrainingConfig
 from conftest import LINUX_CPU
 
 GB = 10**9
@@ -96,7 +96,7 @@ def test_bare_size_remedies_are_what_the_rule_can_size():
 
 
 def test_single_changes_follow_the_source_order():
-    from mlxfit.model import from_catalog
+    from mlxfit.model.resolve import from_catalog
 
     plan = make_plan(laptop(), from_catalog("Qwen/Qwen2.5-14B-Instruct"), TrainingConfig())
     dims = [r.change.split()[0] for r in plan.remedies]

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from mlxfit.errors import BadInput, MlxfitError
-from mlxfit.runconfig import CONFIG_KEYS, FEATURE_KEYS, load_yaml, resolve, yaml_loader
+from mlxfit.model.runconfig import CONFIG_KEYS, FEATURE_KEYS, load_yaml, resolve, yaml_loader
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FLAG_KEYS = ("fine_tune_type", "optimizer", "num_layers", "batch_size", "max_seq_length",
@@ -141,7 +141,7 @@ def test_yaml_loader_mirrors_mlx_lm():
 
 def test_import_stays_light_and_leaves_safeloader_alone():
     code = (
-        "import sys, yaml, mlxfit.runconfig\n"
+        "import sys, yaml, mlxfit.model.runconfig\n"
         "assert 'mlx_lm' not in sys.modules and 'transformers' not in sys.modules\n"
         "assert yaml.safe_load('a: 1e-5') == {'a': '1e-5'}\n"
     )
@@ -235,7 +235,7 @@ def test_to_dict_is_json(tmp_path):
 def test_keys_mlx_lm_takes_only_from_its_parser(tmp_path):
     """main() fills a key from the file only while it is None; these two never are."""
     parsed = vars(mlx_lm.lora.build_parser().parse_args([]))
-    from mlxfit.runconfig import OVERRIDDEN_BY_PARSER
+    from mlxfit.model.runconfig import OVERRIDDEN_BY_PARSER
 
     assert {k for k in CONFIG_KEYS if parsed.get(k) is not None} == set(OVERRIDDEN_BY_PARSER)
     path = write(tmp_path, "trust_remote_code: true\nclear_cache_threshold: 5\niters: 3\n")

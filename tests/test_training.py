@@ -5,8 +5,8 @@ import pytest
 from mlx_lm.tuner.trainer import TrainingArgs
 
 from mlxfit.errors import BadInput
-from mlxfit.model import DEFAULT_MODEL
-from mlxfit.training import FINE_TUNE_TYPES, OPTIMIZERS, TrainingConfig, defaults
+from mlxfit.model.resolve import DEFAULT_MODEL
+from mlxfit.model.training import FINE_TUNE_TYPES, OPTIMIZERS, TrainingConfig, defaults
 
 
 def test_defaults_match_mlx_lm_lora():

@@ -14,8 +14,8 @@ from pathlib import Path
 from mlx_lm.tuner.trainer import TrainingArgs, TrainingCallback, train
 
 from mlxfit.build import build
+from mlxfit.model.training import TrainingConfig
 from mlxfit.steps import evaluated_synchronously, full_length_dataset, make_optimizer
-from mlxfit.training import TrainingConfig
 
 
 class Recorder(TrainingCallback):

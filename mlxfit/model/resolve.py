@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
 
-from . import data_text
+from .. import data_text
+from ..errors import BadInput, MlxfitError
 from .architecture import Architecture, architecture_from_config
-from .errors import BadInput, MlxfitError
 from .lazy_model import NotSizable, UnknownModelType, config_key, text_config
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"  # mlx_lm.lora's own default model

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import BadInput, MlxfitError
+from ..errors import BadInput, MlxfitError
 from .training import TrainingConfig, defaults
 
 # mlx_lm/lora.py: yaml_loader adds this float resolver so that `1e-5` is a float
@@ -71,7 +71,7 @@ _FLAG_KEYS = frozenset(_TRAINING) | {"model", "data", "mask_prompt"}
 @dataclass(frozen=True)
 class ResolvedConfig:
     training: TrainingConfig
-    model: str | None = None  # None: mlx-lm's default model (mlxfit.model.DEFAULT_MODEL)
+    model: str | None = None  # None: mlx-lm's default model (mlxfit.model.resolve.DEFAULT_MODEL)
     data: str | None = None  # None: not given (mlx-lm would use mlx-community/WikiSQL)
     mask_prompt: bool = False
     features: dict[str, str] = field(default_factory=dict)  # prompt_feature, ... from the file

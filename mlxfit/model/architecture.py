@@ -1,6 +1,6 @@
 """A model's shape as the estimator needs it, read from mlx-lm's own model.
 
-The model is built lazily (mlxfit/lazy_model.py); this module walks its module
+The model is built lazily (mlxfit/model/lazy_model.py); this module walks its module
 tree once and keeps, per block, the linear layers (path, sizes, bias, experts),
 the attention geometry, the MLP and expert widths and the kind of block (full
 or sliding-window softmax attention, multi-head latent attention, linear
@@ -333,7 +333,7 @@ def _token_embedding(embeddings) -> tuple[str, nn.Module] | None:
 
 def from_model(model: nn.Module, config: dict) -> Architecture:
     """The Architecture of a built model that will not change any more (its blocks'
-    walks are kept on it for sizing: mlxfit/lazy_model.py)."""
+    walks are kept on it for sizing: mlxfit/model/lazy_model.py)."""
     inner = text_config(config)
     layers = model.layers
     tree = _walk(model, skip={id(b) for b in layers})  # everything outside the blocks

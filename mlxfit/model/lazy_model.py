@@ -35,8 +35,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
+from ..errors import MlxfitError
 from . import module_tree
-from .errors import MlxfitError
 from .mlx_lm_modules import import_module, model_classes, module_name
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .errors import BadInput, MlxfitError
+from ..errors import BadInput, MlxfitError
 
 APPROX_CHARS_PER_TOKEN = 4
 APPROX_TOKENS_PER_MESSAGE = 4  # role markers and separators of a chat template
@@ -435,6 +435,6 @@ def _load_wrapped(folder: Path, trust_remote_code: bool):
     if (folder / "config.json").is_file():
         try:
             eos_token_ids = load_config(folder).get("eos_token_id")
-        except Exception:  # a broken config.json is model.py's to report
+        except Exception:  # a broken config.json is resolve.py's to report
             eos_token_ids = None
     return mlx_load_tokenizer(folder, {"trust_remote_code": trust_remote_code}, eos_token_ids=eos_token_ids)
