@@ -34,11 +34,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mlxfit.estimate import MOMENTS, TERMS, estimate, update_in_flight_bytes  # noqa: E402
+from mlxfit.estimate.detailed import MOMENTS, TERMS, estimate, update_in_flight_bytes  # noqa: E402
+from mlxfit.estimate.rule import rule_bytes  # noqa: E402
 from mlxfit.measure import MeasurementFailed, measure, request_for  # noqa: E402
 from mlxfit.model.resolve import _from_config, catalog  # noqa: E402
 from mlxfit.model.training import TrainingConfig  # noqa: E402
-from mlxfit.rule import rule_bytes  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 CACHE = RESULTS / "accuracy_measurements.jsonl"
@@ -150,7 +150,7 @@ _NEW_RUNS = [("lora", 2, 512, -1, False, "adam"), ("full", 1, 256, -1, False, "a
 
 # Gated delta's backward grows with T^2 (a Python loop over the tokens): shorter runs.
 # Its two coefficients come from four other runs (B x N = 1 x 128, 1 x 256, 2 x 256,
-# 1 x 256 checkpointed; see mlxfit/estimate.py); these check them.
+# 1 x 256 checkpointed; see mlxfit/estimate/detailed.py); these check them.
 _RUNS_BY_ARCH = {"qwen35-4k": [("lora", 1, 384, -1, False, "adam"), ("full", 1, 192, -1, False, "adamw"),
                                ("lora", 2, 192, -1, True, "adam"), ("qlora", 1, 256, -1, False, "adam")]}
 
@@ -427,7 +427,7 @@ def main() -> None:
         # Mac runs: rerun `python benchmarks/mac_evidence.py --fit` after this.
         print("CPU coefficients refitted: run `python benchmarks/mac_evidence.py --fit` for Metal and CUDA")
         COEFFICIENTS.write_text(json.dumps(coefficients, indent=2) + "\n")
-        from mlxfit import estimate as estimate_module
+        from mlxfit.estimate import detailed as estimate_module
 
         estimate_module.coefficients.cache_clear()
     table = report(rows)

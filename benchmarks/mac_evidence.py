@@ -4,7 +4,7 @@
     python benchmarks/mac_evidence.py --fit    # refit the Metal (and CUDA) coefficients and the
                                                # ranges, write them to mlxfit/data/, then report
 
-Each public run (mlxfit/evidence.py: RUNS, read from benchmarks/evidence/mac_runs.csv) is
+Each public run (mlxfit/estimate/evidence.py: RUNS, read from benchmarks/evidence/mac_runs.csv) is
 reproduced with its own settings: LoRA keys, padding rule, layer bug, MLX version (fused or
 unfused cross-entropy), compiled or not, and bounds on its longest example where the row gives
 only a typical length. A run's error is measured from the logged peak to the nearest of its two
@@ -29,10 +29,10 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from scipy.optimize import minimize  # noqa: E402
 
-from mlxfit import evidence as ev  # noqa: E402
-from mlxfit.estimate import MOMENTS, TERMS, coefficients, update_in_flight_bytes  # noqa: E402
-from mlxfit.rule import rule_bytes  # noqa: E402
-from mlxfit.uncertainty import quantile  # noqa: E402
+from mlxfit.estimate import evidence as ev  # noqa: E402
+from mlxfit.estimate.detailed import MOMENTS, TERMS, coefficients, update_in_flight_bytes  # noqa: E402
+from mlxfit.estimate.rule import rule_bytes  # noqa: E402
+from mlxfit.estimate.uncertainty import quantile  # noqa: E402
 
 DATA = ROOT / "mlxfit" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -270,7 +270,7 @@ def main(argv=None) -> int:
         coeffs["_metal"] = (
             "metal: the cpu coefficients with METAL.md's mechanisms (benchmarks/mac_evidence.py PRIOR) times "
             f"multipliers fitted on the public Mac runs ({', '.join(f'{k} {v:.3f}' for k, v in theta.items())}); "
-            "cuda: the metal coefficients, with cuDNN's attention in mlxfit/estimate.py backend_features."
+            "cuda: the metal coefficients, with cuDNN's attention in mlxfit/estimate/detailed.py backend_features."
         )
         (DATA / "coefficients.json").write_text(json.dumps(coeffs, indent=2) + "\n")
         ranges = {
@@ -288,7 +288,7 @@ def main(argv=None) -> int:
                      "basis": f"5th-95th percentile of logged / rule of thumb over the {len(metal)} public Mac runs"},
         }
         (DATA / "ranges.json").write_text(json.dumps(ranges, indent=2) + "\n")
-        from mlxfit import estimate, uncertainty
+        from mlxfit.estimate import detailed as estimate, uncertainty
 
         estimate.coefficients.cache_clear()
         uncertainty.ranges.cache_clear()
@@ -336,8 +336,8 @@ def pct(x: float) -> str:
 
 
 def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, cpu_rng, rule_rng, mtp=None) -> None:
-    from mlxfit.estimate import coefficients as shipped
-    from mlxfit.uncertainty import range_factors
+    from mlxfit.estimate.detailed import coefficients as shipped
+    from mlxfit.estimate.uncertainty import range_factors
 
     shipped_vec = vector(shipped()["metal"])
     lo_f, hi_f = range_factors("metal")
@@ -380,7 +380,7 @@ def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, c
         "",
         "Written by `python benchmarks/mac_evidence.py`. Ground truth: the logged peaks of the public mlx-lm runs on",
         "Apple silicon in `benchmarks/evidence/mac_runs.csv`, each reproduced with its own settings",
-        "(`mlxfit/evidence.py`: LoRA keys, padding rule, MLX version, compile, bounds on the longest example).",
+        "(`mlxfit/estimate/evidence.py`: LoRA keys, padding rule, MLX version, compile, bounds on the longest example).",
         "These figures come from Macs (other people's); nothing here was run on a Mac by this project.",
         "",
         "Implied longest: the longest example, within the row's bounds, at which the shipped estimate equals the",

@@ -222,7 +222,7 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results", help="where to write the JSON and markdown")
     args = parser.parse_args()
 
-    from mlxfit.calibration import versions  # light: reads package metadata only
+    from mlxfit.estimate.calibration import versions  # light: reads package metadata only
 
     config = MODELS[args.size]
     with tempfile.TemporaryDirectory(prefix="mlxfit-bench-") as tmp:

@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--model", default="Qwen/Qwen3-0.6B", help="catalog id both tools answer for")
     args = parser.parse_args()
 
-    from mlxfit.calibration import versions  # light: reads package metadata only
+    from mlxfit.estimate.calibration import versions  # light: reads package metadata only
 
     with tempfile.TemporaryDirectory(prefix="mlxfit-startup-") as tmp:
         # No stored calibration, no network: the same answer every run.

@@ -9,7 +9,7 @@ as mlx-lm's trainer takes them (mlxfit/steps.py: value_and_grad over default_los
 step, the optimizer update; the allocator cache off, so a free is a free). The log is replayed:
 the largest total alive, and what is alive then, by size, each size also as elements per token
 (B x T). `--sync` makes mx.eval wait for the worker after each task (memory limit 0), which
-removes the CPU's run-ahead (mlxfit/estimate.py ahead_of_loss) and shows the graph's own peak.
+removes the CPU's run-ahead (mlxfit/estimate/detailed.py ahead_of_loss) and shows the graph's own peak.
 Linux (glibc) only; the estimator's terms were checked against these traces.
 """
 
@@ -84,7 +84,7 @@ def run_step(spec: dict, sync: bool, steps: int, log: Path) -> dict:
 
     import accuracy
     from mlxfit.build import build
-    from mlxfit.estimate import estimate
+    from mlxfit.estimate.detailed import estimate
     from mlxfit.steps import batches, full_length_dataset, make_optimizer
 
     shim = ctypes.CDLL(os.environ["MLXFIT_TRACE_SHIM"])

@@ -23,9 +23,9 @@ from typing import Callable, Iterator
 
 from . import measure as measuring
 from .errors import BadInput, MlxfitError
+from .estimate.plan import predict, training_for
 from .model.resolve import ModelInfo
 from .model.training import FINE_TUNE_TYPES, TrainingConfig
-from .plan import predict, training_for
 from .units import format_size
 
 # Sweepable settings, outermost first: the order combinations are built in
@@ -446,8 +446,8 @@ def run_sweep(
             else:
                 row = measurement_row(model.id, p, usable_bytes, m, wall)
                 if record and model.architecture is not None:
-                    from .calibration import architecture_key
-                    from .calibration import record as store
+                    from .estimate.calibration import architecture_key
+                    from .estimate.calibration import record as store
 
                     store(model.id, p.training.to_dict(), m.backend, p.raw_predicted_bytes, m.to_dict(),
                           architecture=architecture_key(model))

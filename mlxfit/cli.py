@@ -106,14 +106,14 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     """
     from pathlib import Path
 
+    from .estimate.plan import make_plan
     from .model.resolve import resolve_model
     from .model.runconfig import check_against_model, check_method, one_model, resolve, with_method
-    from .plan import make_plan
 
     model_spec = one_model(model_arg, model_spec)
     host_list = None
     if hostfile:
-        from .hosts import read_hostfile
+        from .estimate.hosts import read_hostfile
         from .machine import read_platform
 
         host_list = read_hostfile(Path(hostfile), read_platform(), reserve)
@@ -131,7 +131,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     if resolved.data:
         stats = read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet=json_)
     if host_list:
-        from .hosts import smallest
+        from .estimate.hosts import smallest
 
         tightest = smallest(host_list)
         machine = tightest.machine
@@ -199,8 +199,8 @@ def read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet):
 
 
 def gather_advice(plan, stats, machine, backend):
-    from .advice import data_advice, growth_advice
-    from .calibration import stored
+    from .estimate.advice import data_advice, growth_advice
+    from .estimate.calibration import stored
 
     notes = data_advice(plan, stats) if stats is not None else []
     if not machine.hypothetical:
@@ -210,9 +210,9 @@ def gather_advice(plan, stats, machine, backend):
 
 def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
     from . import render
+    from .estimate.plan import predict
     from .machine import mlx_backend
     from .measure import Comparison, measure, request_for
-    from .plan import predict
 
     # Judge the measurement against the estimate for the backend it runs on.
     backend = mlx_backend()
@@ -226,7 +226,7 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
         with render.measure_progress(quiet=quiet) as on_event:
             measurement = measure(request, timeout=timeout, on_event=on_event)
     if plan.model.architecture is not None:
-        from .calibration import architecture_key, record
+        from .estimate.calibration import architecture_key, record
 
         record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict(),
                architecture=architecture_key(plan.model))
@@ -236,7 +236,7 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
 def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
     """A slice of the run: said beforehand, refused where even it would not fit."""
     from . import render
-    from .plan import predict
+    from .estimate.plan import predict
     from .slicing import measure_by_slices, plan_slices, slice_training, sliced_model
     from .units import format_gb, format_size
 
@@ -270,7 +270,7 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
 def fits(memory, gpu_memory, reserve, json_):
     """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full."""
     from . import render
-    from .plan import fits_table
+    from .estimate.plan import fits_table
 
     machine = get_machine(memory, gpu_memory, reserve)
     table = fits_table(machine, backend=machine.backend)
@@ -301,8 +301,8 @@ def models(json_):
 @handle_errors
 def calibration(clear, json_):
     """Show (or --clear) the measurements that calibrate estimates on this machine."""
-    from . import calibration as store
     from . import render
+    from .estimate import calibration as store
 
     if clear:
         removed = store.clear()

@@ -96,7 +96,7 @@ def local_calibration(machine, backend, model, training=None):
     """Stored measurements correct estimates for this machine's own backend only,
     and only of the architecture they measured at close settings (with `training`:
     None unless that run has a close measurement)."""
-    from .calibration import calibration
+    from .estimate.calibration import calibration
 
     if machine.hypothetical or (backend and backend != machine.backend) or model.architecture is None:
         return None

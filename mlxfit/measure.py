@@ -310,7 +310,7 @@ class Comparison:
         return m.occupied_bytes <= self.usable_bytes < m.peak_bytes + m.cache_bytes
 
     def to_dict(self) -> dict:
-        from .plan import verdict
+        from .estimate.plan import verdict
 
         occupied = self.measurement.occupied_bytes
         return {

@@ -11,9 +11,9 @@ from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, Te
 from rich.table import Table
 from rich.text import Text
 
+from .estimate.plan import FitsTable, Plan, verdict
+from .estimate.rule import METHOD_LABELS
 from .machine import Machine
-from .plan import FitsTable, Plan, verdict
-from .rule import METHOD_LABELS
 from .units import format_count, format_gb, format_gb_range, format_size
 
 console = Console(highlight=False)

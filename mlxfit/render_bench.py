@@ -12,9 +12,9 @@ from rich.text import Text
 
 from .bench import ESTIMATED, FAILED, MEASURED, SKIPPED, UNKNOWN, MaxResult, Row
 from .errors import MlxfitError
-from .plan import verdict
+from .estimate.plan import verdict
+from .estimate.uncertainty import predicted_range, verdict as range_verdict
 from .render import VERDICT_STYLE, console, err_console, machine_line, print_warnings
-from .uncertainty import predicted_range, verdict as range_verdict
 from .units import GB, format_count, format_size
 
 PLOT_INSTALL = "pip install 'mlxfit[plot]'"
@@ -234,7 +234,7 @@ def row_verdict(row: Row) -> Text:
     if row.status == MEASURED:
         word = verdict(row.measured_peak_bytes, row.usable_bytes)
         return Text(word, style=VERDICT_STYLE[word])
-    if row.status == ESTIMATED:  # an estimate's verdict respects its range (mlxfit/uncertainty.py)
+    if row.status == ESTIMATED:  # an estimate's verdict respects its range (mlxfit/estimate/uncertainty.py)
         word = range_verdict(*predicted_range(row.predicted_bytes, row.backend), row.usable_bytes)
         return Text(f"{word} (estimate)", style=VERDICT_STYLE[word])
     return Text(row.status, style={FAILED: "bold red", SKIPPED: "yellow", UNKNOWN: UNKNOWN_STYLE}.get(row.status, ""))

@@ -106,8 +106,8 @@ def test_model_remedy_is_a_real_catalog_model_by_the_detailed_estimate():
 def test_with_data_the_cut_keeps_the_long_tail():
     from types import SimpleNamespace
 
+    from mlxfit.estimate.remedies import length_floor
     from mlxfit.model.training import TrainingConfig
-    from mlxfit.remedies import length_floor
 
     data = SimpleNamespace(lengths=list(range(1, 1001)))
     assert length_floor(TrainingConfig(), data) == 990  # 99% of examples stay whole
@@ -350,7 +350,7 @@ def test_ctrl_c_exits_130(monkeypatch):
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("mlxfit.plan.make_plan", interrupted)
+    monkeypatch.setattr("mlxfit.estimate.plan.make_plan", interrupted)
     result = CliRunner().invoke(cli, ["probe"])
     assert result.exit_code == 130 and "Traceback" not in result.output
 

@@ -17,10 +17,10 @@ from mlxfit import bench as lib
 from mlxfit.cli import cli
 from mlxfit.cli_bench import bench
 from mlxfit.errors import BadInput
+from mlxfit.estimate.plan import predict
 from mlxfit.measure import Measurement, MeasurementFailed
 from mlxfit.model.resolve import from_folder
 from mlxfit.model.training import TrainingConfig
-from mlxfit.plan import predict
 from conftest import LINUX_CPU
 from tiny_configs import TINY
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from mlxfit import calibration as store
 from mlxfit.cli import cli
+from mlxfit.estimate import calibration as store
+from mlxfit.estimate.plan import predict
 from mlxfit.model.resolve import from_folder, resolve_model
 from mlxfit.model.training import TrainingConfig
-from mlxfit.plan import predict
 from conftest import LINUX_CPU
 
 TINY = Path(__file__).parent.parent / "examples" / "tiny-llama"

@@ -5,7 +5,7 @@ import pytest
 from mlx.utils import tree_flatten
 
 from mlxfit.build import prepare_for_training, quantize, random_model
-from mlxfit.estimate import BACKENDS, estimate, features, optimizer_state_elements, weight_bytes
+from mlxfit.estimate.detailed import BACKENDS, estimate, features, optimizer_state_elements, weight_bytes
 from mlxfit.model.resolve import _from_config, from_catalog
 from mlxfit.model.training import OPTIMIZERS, TrainingConfig
 from mlxfit.steps import make_optimizer
@@ -126,7 +126,7 @@ def test_checkpointing_keeps_block_inputs_only():
     ("llama", "lora", ("self_attn.q_proj", "self_attn.v_proj"), False, True),  # no adapter after the attention
 ])
 def test_the_last_blocks_attention_backward_runs_ahead_into_the_loss(name, fine_tune_type, keys, gc, ahead):
-    """mlxfit/estimate.py ahead_of_loss, as benchmarks/trace_peak.py showed it on the CPU."""
+    """mlxfit/estimate/detailed.py ahead_of_loss, as benchmarks/trace_peak.py showed it on the CPU."""
     _, info = tiny(name)
     training = TrainingConfig(fine_tune_type=fine_tune_type, lora_keys=keys, num_layers=2, batch_size=1,
                               max_seq_length=129, grad_checkpoint=gc)
@@ -172,7 +172,7 @@ def test_sizing_does_not_depend_on_what_was_sized_before():
     sizes a few hundred runs of one model) give each run the bytes it gets alone."""
     from dataclasses import replace
 
-    from mlxfit import estimate as est
+    from mlxfit.estimate import detailed as est
     from mlxfit.model import lazy_model
 
     runs = [TrainingConfig(fine_tune_type=f, num_layers=n, rank=r, quantize=q, grad_checkpoint=c, lora_keys=k)

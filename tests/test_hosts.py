@@ -27,7 +27,7 @@ def test_discrete_gpu_never_counts_system_ram(platform):
 
 
 def test_cuda_fused_attention_drops_the_scores():
-    from mlxfit.estimate import estimate
+    from mlxfit.estimate.detailed import estimate
     from mlxfit.model.resolve import from_catalog
     from mlxfit.model.training import TrainingConfig
 

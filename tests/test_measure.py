@@ -207,7 +207,7 @@ def test_ctrl_c_stops_the_child_cleanly(tmp_path):
 def test_the_update_phase_of_a_wide_full_fine_tune(tmp_path, optimizer):
     """Short sequences, many trainable weights: the peak is the optimizer update's,
     and the estimate (resident weights and state + gradients in flight) holds it."""
-    from mlxfit.estimate import estimate
+    from mlxfit.estimate.detailed import estimate
 
     config = dict(SMALL, hidden_size=256, intermediate_size=1024, num_hidden_layers=4, vocab_size=256)
     request = small_request(tmp_path, config=config, length=16, fine_tune_type="full", optimizer=optimizer)

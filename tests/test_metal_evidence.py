@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mlxfit import evidence as ev
 from mlxfit.cli import cli
-from mlxfit.estimate import estimate
+from mlxfit.estimate import evidence as ev
+from mlxfit.estimate.detailed import estimate
+from mlxfit.estimate.uncertainty import predicted_range, ranges, verdict
 from mlxfit.model.resolve import from_catalog
 from mlxfit.model.training import TrainingConfig
 from mlxfit.runtime import Runtime
-from mlxfit.uncertainty import predicted_range, ranges, verdict
 
 EVIDENCE = Path(__file__).resolve().parent.parent / "benchmarks" / "evidence"
 
@@ -208,7 +208,7 @@ def test_every_oom_report_with_a_known_machine_does_not_fit_or_is_tight():
 
 
 def test_cpu_range_is_the_accuracy_grids_spread():
-    from mlxfit.uncertainty import quantile
+    from mlxfit.estimate.uncertainty import quantile
 
     rows = list(csv.DictReader(open(EVIDENCE.parent / "results" / "accuracy.csv")))
     ratios = [int(r["measured_bytes"]) / int(r["predicted_bytes"]) for r in rows]
@@ -221,7 +221,7 @@ def test_cpu_range_is_the_accuracy_grids_spread():
 def test_quantile_matches_numpy():
     import numpy as np
 
-    from mlxfit.uncertainty import quantile
+    from mlxfit.estimate.uncertainty import quantile
 
     xs = [3.0, 1.0, 4.0, 1.5, 9.0, 2.6]
     for q in (0.0, 0.05, 0.5, 0.95, 1.0):
@@ -241,7 +241,7 @@ def _mac_evidence():
 
 def test_shipped_metal_coefficients_are_the_fit_on_the_public_runs():
     """If the features change (or the evidence), rerun `benchmarks/mac_evidence.py --fit`."""
-    from mlxfit.estimate import coefficients
+    from mlxfit.estimate.detailed import coefficients
 
     me = _mac_evidence()
     cases = [me.Case(r) for r in ev.RUNS if r.backend == "metal"]

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from mlxfit.cli import cli
-from mlxfit.estimate import estimate
+from mlxfit.estimate.detailed import estimate
 from mlxfit.model.resolve import from_folder
 from mlxfit.model.training import TrainingConfig
 from conftest import LINUX_CPU

@@ -2,11 +2,11 @@
 
 import pytest
 
+from mlxfit.estimate.plan import fits_table, largest_fitting_params, make_plan
+from mlxfit.estimate.rule import rule_bytes
 from mlxfit.machine import build_machine
 from mlxfit.model.resolve import from_size
 from mlxfit.model.training import TrainingConfig
-from mlxfit.plan import fits_table, largest_fitting_params, make_plan
-from mlxfit.rule import rule_bytes
 from conftest import LINUX_CPU
 
 GB = 10**9

@@ -91,7 +91,7 @@ class Architecture:
     lm_head_params: int
     other_params: int  # final norm and anything else outside the blocks
     softcap: bool = False  # gemma2: tanh capping of scores and logits
-    # Figures worked out once from the blocks (mlxfit/estimate.py); a copy made by
+    # Figures worked out once from the blocks (mlxfit/estimate/detailed.py); a copy made by
     # dataclasses.replace starts empty.
     memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 

@@ -35,7 +35,7 @@ class TrainingConfig:
     # within the block ("self_attn.q_proj"), like lora_parameters.keys. None is
     # mlx-lm's default since 0.28.2 (every Linear / SwitchLinear); mlx-lm before
     # 0.28.2 wrapped ("self_attn.q_proj", "self_attn.v_proj") for most architectures,
-    # which mlxfit/evidence.py needs to reproduce the public Mac runs.
+    # which mlxfit/estimate/evidence.py needs to reproduce the public Mac runs.
     lora_keys: tuple[str, ...] | None = field(default=None, metadata={"help": "internal: layers LoRA wraps (lora_parameters.keys); None = all."})
 
     def __post_init__(self):

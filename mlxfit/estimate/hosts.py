@@ -11,11 +11,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BadInput, MlxfitError
-from .machine import Machine, PlatformReadings, build_machine
+from ..errors import BadInput, MlxfitError
+from ..machine import Machine, PlatformReadings, build_machine
+from ..units import parse_bytes
 from .plan import verdict
 from .uncertainty import verdict as range_verdict
-from .units import parse_bytes
 
 
 @dataclass(frozen=True)

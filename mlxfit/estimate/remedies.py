@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from .model.resolve import ModelInfo
-from .model.training import TrainingConfig
-from .units import format_count
+from ..model.resolve import ModelInfo
+from ..model.training import TrainingConfig
+from ..units import format_count
 
 MIN_LENGTH_WITHOUT_DATA = 512
 DATA_KEEP_SHARE = 0.99  # with --data, never cut below what keeps this share whole
@@ -127,7 +127,7 @@ def _halvings(value: int, floor: int) -> list[int]:
 def length_floor(training: TrainingConfig, data=None) -> int:
     """The shortest --max-seq-length a plan may propose (never below what the data needs)."""
     if data is not None and len(data.lengths):
-        from .model.dataset import smallest_max_length
+        from ..model.dataset import smallest_max_length
 
         return min(training.max_seq_length, smallest_max_length(data.lengths, DATA_KEEP_SHARE))
     return min(training.max_seq_length, MIN_LENGTH_WITHOUT_DATA)

@@ -6,15 +6,15 @@ measurements, and return short sentences with numbers.
 
 from __future__ import annotations
 
+from ..units import format_gb
 from .plan import Plan, predict
-from .units import format_gb
 
 KEEP_SHARE = 0.95
 
 
 def data_advice(plan: Plan, stats) -> list[str]:
     """`stats`: mlxfit.model.dataset.DataStats (imported only when there is data)."""
-    from .model.dataset import padded_length, smallest_max_length
+    from ..model.dataset import padded_length, smallest_max_length
 
     training, model = plan.training, plan.model
     notes: list[str] = []

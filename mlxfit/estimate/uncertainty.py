@@ -20,7 +20,7 @@ import json
 import math
 from functools import lru_cache
 
-from . import data_text
+from .. import data_text
 
 
 @lru_cache(maxsize=1)

@@ -23,12 +23,12 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import data_text
-from .model import lazy_model
-from .model.architecture import Architecture, Block
-from .model.resolve import ModelInfo
-from .model.training import TrainingConfig
-from .runtime import Runtime
+from .. import data_text
+from ..model import lazy_model
+from ..model.architecture import Architecture, Block
+from ..model.resolve import ModelInfo
+from ..model.training import TrainingConfig
+from ..runtime import Runtime
 
 BACKENDS = ("cpu", "metal", "cuda")
 ACT_H, ACT_QKV, ACT_I = 6, 2, 4  # tensors kept per block, by width (see features)
@@ -436,14 +436,14 @@ def estimate(model: ModelInfo, training: TrainingConfig, backend: str = "cpu", l
     or the optimizer update with every gradient and the update's temporaries.
 
     `runtime` (mlxfit/runtime.py) is what the MLX / mlx-lm versions do; None: the
-    installed versions. mlxfit/evidence.py passes the versions of a past run."""
+    installed versions. mlxfit/estimate/evidence.py passes the versions of a past run."""
     f = backend_features(features(model, training, length), backend, runtime, model.architecture.head_dim)
     return combine(f, coefficients()[backend], training, backend)
 
 
 def combine(f: dict, c: dict, training: TrainingConfig, backend: str) -> Breakdown:
     """The breakdown of features `f` under coefficients `c` (estimate's second half,
-    apart so that mlxfit/evidence.py can refit the coefficients on features)."""
+    apart so that mlxfit/estimate/evidence.py can refit the coefficients on features)."""
     frozen = f["base_bytes"]
     if training.fine_tune_type == "full":
         # The unfrozen block weights are counted as trainable, not frozen.

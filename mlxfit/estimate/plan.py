@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from .estimate import Breakdown, estimate
-from .machine import Machine
-from .model.resolve import ModelInfo
-from .model.training import TrainingConfig
+from ..machine import Machine
+from ..model.resolve import ModelInfo
+from ..model.training import TrainingConfig
+from ..units import GB, format_count, format_gb
+from .detailed import Breakdown, estimate
 from .rule import RULES, rule_bytes
 from .uncertainty import predicted_range, range_basis, verdict as range_verdict
-from .units import GB, format_count, format_gb
 
 TIGHT_FRACTION = 0.90  # above this share of the budget: fits, but leave margin
 METHODS = ("lora", "qlora", "full")
@@ -24,7 +24,7 @@ TABLE_SIZES_B = (0.5, 1.5, 3, 7, 8, 14, 32, 70)
 
 def verdict(need_bytes: int, usable_bytes: int) -> str:
     """The rule of thumb's verdict (SPEC §3): its figure against the budget, "tight"
-    within 10% of it. Detailed estimates use their range (mlxfit/uncertainty.py)."""
+    within 10% of it. Detailed estimates use their range (mlxfit/estimate/uncertainty.py)."""
     if need_bytes > usable_bytes:
         return "does not fit"
     if need_bytes > TIGHT_FRACTION * usable_bytes:
@@ -53,7 +53,7 @@ class Estimate:
 
     @property
     def predicted_range_bytes(self) -> tuple[int, int]:
-        """[low, high]: how far the estimate can be off on this backend (mlxfit/uncertainty.py)."""
+        """[low, high]: how far the estimate can be off on this backend (mlxfit/estimate/uncertainty.py)."""
         if self.detailed:
             return predicted_range(self.predicted_bytes, self.detailed.backend)
         return predicted_range(self.predicted_bytes, "rule", basis="rule")
@@ -145,7 +145,7 @@ class CatalogSize:
 @lru_cache(maxsize=1)
 def catalog_sizes() -> tuple[CatalogSize, ...]:
     """Every catalog model's size, from the catalog's data (nothing built)."""
-    from .model.resolve import catalog_entries, text_config
+    from ..model.resolve import catalog_entries, text_config
 
     return tuple(
         CatalogSize(e["id"], e["params"], text_config(e["config"]).get("model_type") or e["config"]["model_type"], e["moe"])
@@ -156,7 +156,7 @@ def catalog_sizes() -> tuple[CatalogSize, ...]:
 @lru_cache(maxsize=None)
 def catalog_model(hub_id: str) -> ModelInfo:
     """A catalog model with its architecture, built once per process, when asked."""
-    from .model.resolve import from_catalog
+    from ..model.resolve import from_catalog
 
     return from_catalog(hub_id)
 
@@ -190,9 +190,9 @@ class Plan:
     training: TrainingConfig
     estimates: tuple[Estimate, ...]
     remedies: tuple[Remedy, ...] = field(default=())  # each change alone
-    options: tuple = field(default=())  # mlxfit.remedies.Option: the plan, then alternatives
+    options: tuple = field(default=())  # mlxfit.estimate.remedies.Option: the plan, then alternatives
     backend: str = "cpu"
-    calibration: object = None  # mlxfit.calibration.Calibration
+    calibration: object = None  # mlxfit.estimate.calibration.Calibration
     length: int | None = None  # the widest batch of the user's data
     reference: Reference | None = None  # a bare size: a catalog model of that size
 
@@ -238,7 +238,7 @@ def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibratio
             runtime=None) -> tuple[int, Breakdown | None]:
     """The detailed estimate where the architecture is known, else the rule.
 
-    `calibration` (from mlxfit.calibration) adds this machine's measured gap;
+    `calibration` (from mlxfit.estimate.calibration) adds this machine's measured gap;
     `length` is the widest batch of the user's data (capped by max_seq_length);
     `runtime` the MLX versions' behaviour (mlxfit/runtime.py; None: installed)."""
     if model.architecture is None:

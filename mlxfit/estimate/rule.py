@@ -6,7 +6,7 @@ moderate lengths and the framework. GB = 10^9 bytes.
 
 from __future__ import annotations
 
-from .units import GB
+from ..units import GB
 
 # method -> (GB per billion parameters, fixed GB)
 RULES: dict[str, tuple[float, float]] = {

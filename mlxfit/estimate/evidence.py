@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from .model.resolve import ModelInfo, resolve_model
-from .model.training import TrainingConfig
+from ..model.resolve import ModelInfo, resolve_model
+from ..model.training import TrainingConfig
 
 GB = 10**9
 QV = ("self_attn.q_proj", "self_attn.v_proj")  # mlx-lm's default keys before 0.28.2
@@ -79,7 +79,7 @@ class Run:
     def model_info(self) -> ModelInfo:
         info = resolve_model(self.model)
         if self.config:
-            from .model.resolve import _from_config
+            from ..model.resolve import _from_config
 
             info = _from_config(info.id, info.source, {**info.config, **self.config})
         return info
@@ -269,18 +269,18 @@ def with_length(run: Run, longest: int) -> Run:
 
 
 def run_runtime(run: Run):
-    from .runtime import Runtime, parse_version
+    from ..runtime import Runtime, parse_version
 
     return Runtime.of_versions(run.backend, parse_version(run.mlx) if run.mlx else None, run.compiled)
 
 
 def run_features(run: Run) -> list[tuple[dict, TrainingConfig]]:
     """The backend's features of the run at both bounds of its longest example."""
-    from .estimate import backend_features, features
+    from .detailed import backend_features, features
 
     model, training, runtime = run.model_info(), run.training_config(), run_runtime(run)
     if model.quantized and training.fine_tune_type != "full":
-        training = replace(training, quantize=True)  # as mlxfit.plan.make_plan does
+        training = replace(training, quantize=True)  # as mlxfit.estimate.plan.make_plan does
     out = []
     for length in run.lengths():
         f = backend_features(features(model, training, length), run.backend, runtime, model.architecture.head_dim)
@@ -290,7 +290,7 @@ def run_features(run: Run) -> list[tuple[dict, TrainingConfig]]:
 
 def predicted(run: Run, coefficients: dict | None = None, feats=None) -> tuple[int, int]:
     """The estimate at the two bounds of the run's longest example, in bytes."""
-    from .estimate import coefficients as shipped, combine
+    from .detailed import coefficients as shipped, combine
 
     c = coefficients if coefficients is not None else shipped()[run.backend]
     feats = feats if feats is not None else run_features(run)
@@ -301,7 +301,7 @@ def predicted(run: Run, coefficients: dict | None = None, feats=None) -> tuple[i
 def oom_plan(oom: OomRun):
     """mlxfit's plan for an out-of-memory run at its machine's --memory, with the
     run's own settings and MLX version."""
-    from .machine import build_machine
+    from ..machine import build_machine
     from .plan import make_plan
 
     run = oom.as_run()
