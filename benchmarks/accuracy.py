@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from mlxfit.estimate.detailed import MOMENTS, TERMS, estimate, update_in_flight_bytes  # noqa: E402
 from mlxfit.estimate.rule import rule_bytes  # noqa: E402
-from mlxfit.measure import MeasurementFailed, measure, request_for  # noqa: E402
+from mlxfit.measure.parent import MeasurementFailed, measure, request_for  # noqa: E402
 from mlxfit.model.resolve import _from_config, catalog  # noqa: E402
 from mlxfit.model.training import TrainingConfig  # noqa: E402
 

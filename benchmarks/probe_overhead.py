@@ -6,11 +6,11 @@ And is building random weights no slower than loading real ones?
 
 1. Wall time of `mlxfit probe --measure --json` (a subprocess; a local model given
    by config.json only, so mlxfit builds random weights) against a bare script (a
-   subprocess) that builds the same model with `mlxfit.build.build` and calls
+   subprocess) that builds the same model with `mlxfit.measure.build.build` and calls
    `mlx_lm.tuner.trainer.train` for the same number of steps. Both count the
    interpreter's start and the imports; the ratio is what mlxfit adds (its CLI,
    the child process, the event stream, the peak readings).
-2. In fresh processes, after the imports: `mlxfit.build.random_model` evaluated
+2. In fresh processes, after the imports: `mlxfit.measure.build.random_model` evaluated
    against `mlx_lm.utils.load_model` of the same weights saved to disk (read back
    from the page cache: the fast case for loading). The issue requires building
    to be no slower than loading.
@@ -52,9 +52,9 @@ BARE = r"""
 import json, sys, tempfile
 from pathlib import Path
 from mlx_lm.tuner.trainer import TrainingArgs, TrainingCallback, train
-from mlxfit.build import build
+from mlxfit.measure.build import build
+from mlxfit.measure.steps import full_length_dataset, make_optimizer
 from mlxfit.model.training import TrainingConfig
-from mlxfit.steps import full_length_dataset, make_optimizer
 
 request = json.loads(sys.stdin.read())
 training = TrainingConfig(**request["training"])
@@ -75,7 +75,7 @@ import json, sys, time
 from pathlib import Path
 import mlx.core as mx
 import mlx_lm.utils
-from mlxfit.build import materialize, random_model
+from mlxfit.measure.build import materialize, random_model
 
 mode, folder = sys.argv[1], Path(sys.argv[2])
 config = json.loads((folder / "config.json").read_text())
@@ -94,7 +94,7 @@ import json, sys
 from pathlib import Path
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlxfit.build import random_model
+from mlxfit.measure.build import random_model
 
 folder = Path(sys.argv[1])
 model = random_model(json.loads((folder / "config.json").read_text()))
@@ -204,7 +204,7 @@ def markdown(result: dict) -> str:
         "",
         f"| weights ({b['weights_bytes'] / 1e6:.0f} MB) | median | ratio |",
         "|---|---|---|",
-        f"| `mlxfit.build.random_model` + eval | {b['build_median_s']:.3f} s | {b['build_over_load']:.2f}x |",
+        f"| `mlxfit.measure.build.random_model` + eval | {b['build_median_s']:.3f} s | {b['build_over_load']:.2f}x |",
         f"| `mlx_lm.utils.load_model` (page cache) | {b['load_median_s']:.3f} s | 1.00x |",
         "",
         f"Building random weights is {'no slower than' if b['build_no_slower'] else 'SLOWER than'} loading them.",

@@ -6,7 +6,7 @@
 For each configuration (random weights, MLX's CPU backend): the whole run measured by
 `probe --measure`'s child process, the same run through `mlx_lm.tuner.trainer.train`
 (tests/trainer_reference.py: the peak mlx-lm's trainer reports), and the slices of
-mlxfit/slicing.py, extrapolated. Reported: both errors of the extrapolation, the
+mlxfit/measure/slicing.py, extrapolated. Reported: both errors of the extrapolation, the
 slices' own MLX peak as a share of the run's, and the wall time of the slices against
 the whole measurement, side by side on the same machine.
 """
@@ -25,10 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mlxfit.measure import measure, request_for  # noqa: E402
+from mlxfit.measure.parent import measure, request_for  # noqa: E402
+from mlxfit.measure.slicing import measure_by_slices  # noqa: E402
 from mlxfit.model.resolve import _from_config, catalog  # noqa: E402
 from mlxfit.model.training import TrainingConfig  # noqa: E402
-from mlxfit.slicing import measure_by_slices  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 STEPS = 6

@@ -5,7 +5,7 @@
 
 A malloc shim (C, compiled here with the system's cc and preloaded with LD_PRELOAD) logs every
 allocation of 32 KB or more and every free of one, during the last of a few training steps taken
-as mlx-lm's trainer takes them (mlxfit/steps.py: value_and_grad over default_loss, the compiled
+as mlx-lm's trainer takes them (mlxfit/measure/steps.py: value_and_grad over default_loss, the compiled
 step, the optimizer update; the allocator cache off, so a free is a free). The log is replayed:
 the largest total alive, and what is alive then, by size, each size also as elements per token
 (B x T). `--sync` makes mx.eval wait for the worker after each task (memory limit 0), which
@@ -75,7 +75,7 @@ def preload_and_rerun(args: list[str]) -> None:
 def run_step(spec: dict, sync: bool, steps: int, log: Path) -> dict:
     from functools import partial
 
-    from mlxfit.child import without_transformers
+    from mlxfit.measure.child import without_transformers
 
     without_transformers()
     import mlx.core as mx
@@ -83,9 +83,9 @@ def run_step(spec: dict, sync: bool, steps: int, log: Path) -> dict:
     from mlx_lm.tuner.trainer import default_loss, grad_checkpoint
 
     import accuracy
-    from mlxfit.build import build
     from mlxfit.estimate.detailed import estimate
-    from mlxfit.steps import batches, full_length_dataset, make_optimizer
+    from mlxfit.measure.build import build
+    from mlxfit.measure.steps import batches, full_length_dataset, make_optimizer
 
     shim = ctypes.CDLL(os.environ["MLXFIT_TRACE_SHIM"])
     model_info, training = accuracy.model_and_training(spec)

@@ -212,7 +212,7 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
     from . import render
     from .estimate.plan import predict
     from .machine import mlx_backend
-    from .measure import Comparison, measure, request_for
+    from .measure.parent import Comparison, measure, request_for
 
     # Judge the measurement against the estimate for the backend it runs on.
     backend = mlx_backend()
@@ -237,7 +237,7 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
     """A slice of the run: said beforehand, refused where even it would not fit."""
     from . import render
     from .estimate.plan import predict
-    from .slicing import measure_by_slices, plan_slices, slice_training, sliced_model
+    from .measure.slicing import measure_by_slices, plan_slices, slice_training, sliced_model
     from .units import format_gb, format_size
 
     try:

@@ -10,10 +10,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-from .bench import ESTIMATED, FAILED, MEASURED, SKIPPED, UNKNOWN, MaxResult, Row
 from .errors import MlxfitError
 from .estimate.plan import verdict
 from .estimate.uncertainty import predicted_range, verdict as range_verdict
+from .measure.bench import ESTIMATED, FAILED, MEASURED, SKIPPED, UNKNOWN, MaxResult, Row
 from .render import VERDICT_STYLE, console, err_console, machine_line, print_warnings
 from .units import GB, format_count, format_size
 

@@ -237,9 +237,9 @@ def test_when_nothing_else_fits_the_plan_is_a_smaller_catalog_model():
 
 @pytest.mark.parametrize("option", ["--out", "--plot"])
 def test_bench_output_folder_checked_before_measuring(tmp_path, option, monkeypatch):
-    import mlxfit.bench
+    import mlxfit.measure.bench
 
-    monkeypatch.setattr(mlxfit.bench, "run_sweep", lambda *a, **k: pytest.fail("measured before checking"))
+    monkeypatch.setattr(mlxfit.measure.bench, "run_sweep", lambda *a, **k: pytest.fail("measured before checking"))
     out = run("bench", "--model", "Qwen/Qwen3-0.6B", option, str(tmp_path / "missing" / "r.file"), exit_code=2)
     assert "does not exist" in out and "Traceback" not in out
 
@@ -356,12 +356,12 @@ def test_ctrl_c_exits_130(monkeypatch):
 
 
 def test_ctrl_c_during_a_measurement_exits_130(monkeypatch):
-    from mlxfit.measure import MeasurementInterrupted
+    from mlxfit.measure.parent import MeasurementInterrupted
 
     def interrupted(*a, **k):
         raise MeasurementInterrupted("interrupted at step 2; the measuring process was stopped")
 
-    monkeypatch.setattr("mlxfit.measure.measure", interrupted)
+    monkeypatch.setattr("mlxfit.measure.parent.measure", interrupted)
     result = CliRunner().invoke(cli, ["probe", "--model", "Qwen/Qwen3-0.6B", "--batch-size", "1",
                                       "--max-seq-length", "64", "--memory", "64GB", "--measure"])
     assert result.exit_code == 130 and "interrupted at step 2" in result.output

@@ -13,12 +13,12 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from mlxfit import bench as lib
 from mlxfit.cli import cli
 from mlxfit.cli_bench import bench
 from mlxfit.errors import BadInput
 from mlxfit.estimate.plan import predict
-from mlxfit.measure import Measurement, MeasurementFailed
+from mlxfit.measure import bench as lib
+from mlxfit.measure.parent import Measurement, MeasurementFailed
 from mlxfit.model.resolve import from_folder
 from mlxfit.model.training import TrainingConfig
 from conftest import LINUX_CPU
@@ -56,7 +56,7 @@ def read_csv(path):
 
 
 class FakeMeasure:
-    """Stands in for measure.measure: the peak is `scale` × the prediction + `offset`.
+    """Stands in for parent.measure: the peak is `scale` × the prediction + `offset`.
 
     `fail` lists batch sizes whose run dies; after `interrupt_after` calls it
     raises KeyboardInterrupt, as Ctrl-C between two steps would."""
@@ -95,7 +95,7 @@ class FakeMeasure:
 def fake(monkeypatch):
     def use(**kwargs):
         measure = FakeMeasure(**kwargs)
-        monkeypatch.setattr("mlxfit.measure.measure", measure)
+        monkeypatch.setattr("mlxfit.measure.parent.measure", measure)
         return measure
 
     return use
@@ -233,7 +233,7 @@ def test_ctrl_c_during_a_measurement_stops_the_sweep(small, fake, tmp_path, monk
                 raise MeasurementFailed("interrupted at step 1; the measuring process was stopped") from None
         return measure(request, **kwargs)
 
-    monkeypatch.setattr("mlxfit.measure.measure", interrupted)
+    monkeypatch.setattr("mlxfit.measure.parent.measure", interrupted)
     out = tmp_path / "r.csv"
     data = run_json("--model", small, *SWEEP, "--out", str(out), exit_code=130)
     assert data["interrupted"] and [r["status"] for r in read_csv(out)] == ["measured"]
@@ -369,7 +369,7 @@ def test_importing_the_command_stays_light():
         "import sys\n"
         "import mlxfit.cli_bench\n"
         "heavy = ('mlx_lm', 'transformers', 'matplotlib')\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in ('mlxfit.bench', 'mlxfit.render_bench')))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in ('mlxfit.measure.bench', 'mlxfit.render_bench')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -465,7 +465,7 @@ def test_max_measures_by_slice_the_candidates_this_machine_cannot_hold(small4, f
         m = full({"config": model.config, "training": training.to_dict(), "length": training.max_seq_length})
         return replace(m, method="slice", slice={"how": "slices"})
 
-    monkeypatch.setattr("mlxfit.slicing.measure_by_slices", by_slice)
+    monkeypatch.setattr("mlxfit.measure.slicing.measure_by_slices", by_slice)
     data = run_json("--model", small4, "--num-layers", "-1", "--max-seq-length", "128", "--max", "batch_size",
                     "--memory", "200MB")
     runs = data["max"]["runs"]

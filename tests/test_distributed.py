@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxfit.measure import measure, request_for
+from mlxfit.measure.parent import measure, request_for
 from mlxfit.model.resolve import from_folder
 from mlxfit.model.training import TrainingConfig
 

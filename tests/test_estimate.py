@@ -4,11 +4,11 @@ import mlx.core as mx
 import pytest
 from mlx.utils import tree_flatten
 
-from mlxfit.build import prepare_for_training, quantize, random_model
 from mlxfit.estimate.detailed import BACKENDS, estimate, features, optimizer_state_elements, weight_bytes
+from mlxfit.measure.build import prepare_for_training, quantize, random_model
+from mlxfit.measure.steps import make_optimizer
 from mlxfit.model.resolve import _from_config, from_catalog
 from mlxfit.model.training import OPTIMIZERS, TrainingConfig
-from mlxfit.steps import make_optimizer
 from tiny_configs import TINY
 
 ARCHS = ["llama", "llama_untied_bias", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "phi3", "mixtral"]

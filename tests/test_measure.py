@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from mlxfit.cli import cli
-from mlxfit.measure import MeasurementFailed, measure, request_for
+from mlxfit.measure.parent import MeasurementFailed, measure, request_for
 from mlxfit.model.resolve import from_folder
 from mlxfit.model.training import TrainingConfig
 from conftest import LINUX_CPU
@@ -91,7 +91,7 @@ def test_measurement_fields_and_stable_peak(tmp_path):
 
 def test_the_measuring_process_never_imports_transformers(tmp_path):
     """Issue 12 item 6: it synthesizes token ids, so it needs no tokenizer; mlx-lm's
-    module-level transformers imports are served by a stub (mlxfit/child.py)."""
+    module-level transformers imports are served by a stub (mlxfit/measure/child.py)."""
     events = []
     measure(small_request(tmp_path, max_steps=3, fine_tune_type="dora", quantize=True), timeout=300, on_event=events.append)
     done = next(e for e in events if e["event"] == "done")
@@ -108,7 +108,7 @@ def test_real_weights_are_loaded(tmp_path):
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
-    from mlxfit.build import random_model
+    from mlxfit.measure.build import random_model
 
     request = exact_request(tmp_path)
     folder = Path(request["folder"])
@@ -232,7 +232,7 @@ def converted(tmp_path_factory, tokenizer_folder):
     from mlx.utils import tree_flatten
     from mlx_lm.convert import convert
 
-    from mlxfit.build import random_model
+    from mlxfit.measure.build import random_model
 
     root = tmp_path_factory.mktemp("convert")
     config = dict(TINY["qwen3"], hidden_size=128, intermediate_size=256, num_hidden_layers=4, vocab_size=1024,
@@ -261,7 +261,7 @@ def test_a_quantized_config_builds_what_load_model_loads(converted):
     from mlx.utils import tree_flatten
     from mlx_lm.utils import load_model
 
-    from mlxfit.build import quantize, random_model
+    from mlxfit.measure.build import quantize, random_model
 
     loaded, config = load_model(converted["q4"], lazy=True)
     assert config["quantization"]["bits"] == 4 and config["quantization"]["group_size"] == 64
@@ -299,7 +299,7 @@ def test_a_quantized_config_measures_as_mlx_lm_trains_the_converted_model(tmp_pa
 def test_the_trainer_clears_the_allocator_cache_after_every_step():
     from mlx_lm.tuner.trainer import TrainingArgs
 
-    from mlxfit.steps import CLEAR_CACHE_THRESHOLD
+    from mlxfit.measure.steps import CLEAR_CACHE_THRESHOLD
 
     assert TrainingArgs().clear_cache_threshold == CLEAR_CACHE_THRESHOLD == 0
 
@@ -319,7 +319,7 @@ def test_the_child_imports_the_mlxfit_that_spawned_it(tmp_path):
     """It runs in a temporary directory: another mlxfit on the path (an editable
     install of another checkout) must not be the one that measures."""
     import mlxfit
-    from mlxfit.measure import child_environment
+    from mlxfit.measure.parent import child_environment
 
     env = dict(child_environment())
     out = subprocess.run([sys.executable, "-c", "import mlxfit; print(mlxfit.__file__)"], env=env, cwd=tmp_path,
@@ -330,7 +330,7 @@ def test_the_child_imports_the_mlxfit_that_spawned_it(tmp_path):
 def test_a_child_stopped_from_outside_is_not_called_out_of_memory():
     import signal as sig
 
-    from mlxfit.measure import _failure_message
+    from mlxfit.measure.parent import _failure_message
 
     last = {"stage": "training steps", "step": 0, "peak_bytes": 0}
     stopped = _failure_message(-sig.SIGTERM, None, last, 270 * 10**6, [])

@@ -8,10 +8,10 @@ from click.testing import CliRunner
 
 from mlxfit.cli import cli
 from mlxfit.errors import MlxfitError
-from mlxfit.measure import measure, request_for
+from mlxfit.measure.parent import measure, request_for
+from mlxfit.measure.slicing import Slice, SlicePlan, measure_by_slices, period, plan_slices
 from mlxfit.model.resolve import _from_config, from_catalog
 from mlxfit.model.training import TrainingConfig
-from mlxfit.slicing import Slice, SlicePlan, measure_by_slices, period, plan_slices
 
 LLAMA16 = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 16,
            "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 8192, "rms_norm_eps": 1e-5,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from mlx_lm.tuner.trainer import TrainingArgs, TrainingCallback, train
 
-from mlxfit.build import build
+from mlxfit.measure.build import build
+from mlxfit.measure.steps import evaluated_synchronously, full_length_dataset, make_optimizer
 from mlxfit.model.training import TrainingConfig
-from mlxfit.steps import evaluated_synchronously, full_length_dataset, make_optimizer
 
 
 class Recorder(TrainingCallback):

@@ -36,7 +36,7 @@ class ModelInfo:
     # Why there is no architecture for a model with a config: the installed
     # mlx-lm has no model for its model_type, so only the rule of thumb answers.
     rule_only_reason: str | None = None
-    # A slice of the model (mlxfit/slicing.py): only its last `slice_blocks` blocks.
+    # A slice of the model (mlxfit/measure/slicing.py): only its last `slice_blocks` blocks.
     slice_blocks: int | None = None
 
     @property

@@ -1,4 +1,4 @@
-"""The measuring process: `python -m mlxfit.child` reads one JSON request on stdin,
+"""The measuring process: `python -m mlxfit.measure.child` reads one JSON request on stdin,
 builds the model, takes the steps, and writes JSON-line events to its stdout.
 
 Everything else the child prints (mlx-lm's own messages) goes to stderr, so the
@@ -154,7 +154,7 @@ def measure_once(request: dict, training, blocks: int | None = None, synchronous
     maximum.
 
     Peaks are the process's MLX peak less what was already held, so one process can
-    measure several slices in turn (mlxfit/slicing.py)."""
+    measure several slices in turn (mlxfit/measure/slicing.py)."""
     import gc
     from pathlib import Path
 
@@ -213,8 +213,8 @@ def measure_once(request: dict, training, blocks: int | None = None, synchronous
 
 def run(request: dict) -> None:
     """One run (`measured`), or the slices a request lists, in turn (`slices`)."""
-    from .errors import MlxfitError
-    from .model.training import TrainingConfig
+    from ..errors import MlxfitError
+    from ..model.training import TrainingConfig
 
     training = TrainingConfig(**request["training"])
     step_now = 0
@@ -230,7 +230,7 @@ def run(request: dict) -> None:
             without_transformers()
             import mlx.core as mx
 
-            from .machine import mlx_backend
+            from ..machine import mlx_backend
 
             if request.get("slices"):
                 slices = []

@@ -1,7 +1,7 @@
 """`mlxfit bench`: sweeps over training settings, and the search for the largest
 batch size or sequence length that fits.
 
-Pure logic over `plan.predict` and `measure.measure`: results come back as rows,
+Pure logic over `plan.predict` and `parent.measure`: results come back as rows,
 progress goes out through a callback, nothing is printed. The CSV log lives here
 too (a file of results, not terminal output); mlxfit/render_bench.py draws.
 
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import measure as measuring
-from .errors import BadInput, MlxfitError
-from .estimate.plan import predict, training_for
-from .model.resolve import ModelInfo
-from .model.training import FINE_TUNE_TYPES, TrainingConfig
-from .units import format_size
+from ..errors import BadInput, MlxfitError
+from ..estimate.plan import predict, training_for
+from ..model.resolve import ModelInfo
+from ..model.training import FINE_TUNE_TYPES, TrainingConfig
+from ..units import format_size
+from . import parent as measuring
 
 # Sweepable settings, outermost first: the order combinations are built in
 # before they are sorted by predicted memory.
@@ -157,7 +157,7 @@ class Row:
     seconds_per_step: float | None = None  # mean over the steps after the first (compile)
     steps: int | None = None
     wall_seconds: float | None = None  # the whole measurement: start, build, steps
-    measured_by: str | None = None  # "full", or "slice": over what this machine can hold (mlxfit/slicing.py)
+    measured_by: str | None = None  # "full", or "slice": over what this machine can hold (mlxfit/measure/slicing.py)
     reason: str = ""
 
     @property
@@ -446,8 +446,8 @@ def run_sweep(
             else:
                 row = measurement_row(model.id, p, usable_bytes, m, wall)
                 if record and model.architecture is not None:
-                    from .estimate.calibration import architecture_key
-                    from .estimate.calibration import record as store
+                    from ..estimate.calibration import architecture_key
+                    from ..estimate.calibration import record as store
 
                     store(model.id, p.training.to_dict(), m.backend, p.raw_predicted_bytes, m.to_dict(),
                           architecture=architecture_key(model))
@@ -669,7 +669,7 @@ def measure_once(model: ModelInfo, training: TrainingConfig, steps: int, timeout
     """(Measurement, None), or (None, the MeasurementFailed) for a run that died,
     timed out or cannot be measured here; a Ctrl-C that stopped the child is
     raised again as KeyboardInterrupt, not recorded as a failure. `by_slice`:
-    measure a slice of the run and extrapolate (mlxfit/slicing.py)."""
+    measure a slice of the run and extrapolate (mlxfit/measure/slicing.py)."""
     with InterruptWatch() as watch:
         try:
             if by_slice:

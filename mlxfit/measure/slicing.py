@@ -10,14 +10,14 @@ frozen period in front where the run has frozen blocks) give the per-block
 increase, and the whole run's peak follows.
 
 On the CPU backend `mx.eval` runs up to about 100 kernels ahead of the worker
-(mlxfit/steps.py evaluated_synchronously), so an mlx-lm peak also holds the
+(mlxfit/measure/steps.py evaluated_synchronously), so an mlx-lm peak also holds the
 outputs of whatever ops are queued at that moment: tens of megabytes of logits,
 more or less, depending on where the peak falls. That part does not grow with
 depth but it is not the same from one slice to the next, and the extrapolation
 multiplies any difference between slices by the depth. So the per-block increase
 is read from slices evaluated synchronously (a deterministic graph), and what
 runs ahead from the deepest slice run as mlx-lm runs it. All slices are measured
-in turn by one child process (mlxfit/child.py), each model's block list cut to
+in turn by one child process (mlxfit/measure/child.py), each model's block list cut to
 its last blocks before anything is evaluated.
 """
 
@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .errors import MlxfitError
-from .model.architecture import Architecture, Block
-from .model.training import TrainingConfig
+from ..errors import MlxfitError
+from ..model.architecture import Architecture, Block
+from ..model.training import TrainingConfig
 
 
 SYNCHRONOUS_STEPS = 4  # Adam's state exists from the second step: three steps' mean peak
@@ -172,8 +172,8 @@ def sliced_model(model, s: Slice):
 def measure_by_slices(model, training: TrainingConfig, length: int | None, max_steps: int, timeout=None,
                       on_event=lambda e: None):
     """Measure the slices in turn in one child process; the whole run's figures are
-    extrapolated (mlxfit.measure.Measurement with method "slice")."""
-    from .measure import Measurement, request_for, run_child
+    extrapolated (mlxfit.measure.parent.Measurement with method "slice")."""
+    from .parent import Measurement, request_for, run_child
 
     plan = plan_slices(model.architecture, training)
     request = request_for(model, training, length=length, max_steps=max_steps)

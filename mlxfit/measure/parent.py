@@ -1,6 +1,6 @@
 """Run a few real mlx-lm training steps in a child process and report the peak.
 
-The child (mlxfit/child.py) does the work; this side starts it, shows progress,
+The child (mlxfit/measure/child.py) does the work; this side starts it, shows progress,
 enforces the timeout, stops it on Ctrl-C, and turns a crash or an out-of-memory
 kill into a report. Nothing is written outside a temporary directory.
 """
@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .errors import MlxfitError
-from .model.resolve import ModelInfo
-from .model.training import TrainingConfig
-from .units import format_gb
+from ..errors import MlxfitError
+from ..model.resolve import ModelInfo
+from ..model.training import TrainingConfig
+from ..units import format_gb
 
 DEFAULT_MAX_STEPS = 6
 
@@ -68,7 +68,7 @@ class Measurement:
     step_seconds: tuple[float, ...] = field(default=())
     tokens_per_step: int = 0
     ranks: tuple[dict, ...] = field(default=())  # every rank's peaks under mlx.launch
-    method: str = "full"  # "full", or "slice": the peaks extrapolated from slices (mlxfit/slicing.py)
+    method: str = "full"  # "full", or "slice": the peaks extrapolated from slices (mlxfit/measure/slicing.py)
     slice: dict | None = None  # what the slices were and measured
 
     @property
@@ -126,7 +126,7 @@ def request_for(
     min_steps: int | None = None,
     synchronous: bool = False,
 ) -> dict:
-    """What the child needs. `min_steps` (None: mlxfit/steps.py MIN_STEPS) with
+    """What the child needs. `min_steps` (None: mlxfit/measure/steps.py MIN_STEPS) with
     `max_steps` fixes the step count; `synchronous` evaluates without running ahead
     of the CPU worker (steps.evaluate_synchronously): a deterministic peak for
     comparisons, not the figure an mlx-lm run reports."""
@@ -150,10 +150,10 @@ def request_for(
 
 def child_environment() -> dict:
     """The child imports this very mlxfit (not another install of it on the path):
-    its parent folder goes first on PYTHONPATH, as the child runs in a temporary
-    directory."""
+    the folder that holds the mlxfit package (this file is mlxfit/measure/parent.py)
+    goes first on PYTHONPATH, as the child runs in a temporary directory."""
     env = dict(os.environ)
-    here = str(Path(__file__).resolve().parent.parent)
+    here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
     return env
 
@@ -178,7 +178,7 @@ def run_child(
     """Run the child on one request; return its "done" event or raise MeasurementFailed."""
     with tempfile.TemporaryDirectory(prefix="mlxfit-") as workdir:
         child = subprocess.Popen(
-            [sys.executable, "-m", "mlxfit.child"],
+            [sys.executable, "-m", "mlxfit.measure.child"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -310,7 +310,7 @@ class Comparison:
         return m.occupied_bytes <= self.usable_bytes < m.peak_bytes + m.cache_bytes
 
     def to_dict(self) -> dict:
-        from .estimate.plan import verdict
+        from ..estimate.plan import verdict
 
         occupied = self.measurement.occupied_bytes
         return {

@@ -25,7 +25,7 @@ import numpy as np
 from mlx.nn.utils import average_gradients
 from mlx.utils import tree_map
 
-from .model.training import TrainingConfig
+from ..model.training import TrainingConfig
 
 LEARNING_RATE = 1e-5  # mlx_lm/lora.py CONFIG_DEFAULTS["learning_rate"]
 MIN_STEPS = 3  # the optimizer state appears at the first update; the peak settles after it
@@ -97,7 +97,7 @@ def checkpointed(block: nn.Module | None):
     """mlx-lm's grad_checkpoint on the block's class (none: no checkpointing). It
     patches the class for the rest of the process; the class is restored after the
     steps, so a process that measures several models in turn (the slices of
-    mlxfit/slicing.py) never wraps a block in two checkpoints."""
+    mlxfit/measure/slicing.py) never wraps a block in two checkpoints."""
     if block is None:
         yield
         return

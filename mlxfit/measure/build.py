@@ -15,9 +15,9 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
-from .errors import MlxfitError
-from .model.lazy_model import checkpoint_dtype
-from .model.training import TrainingConfig
+from ..errors import MlxfitError
+from ..model.lazy_model import checkpoint_dtype
+from ..model.training import TrainingConfig
 
 # Random weights repeat a random block of this many values: memory does not
 # depend on the values, and a full-size random draw costs several times more
@@ -139,9 +139,9 @@ def quantize(model: nn.Module, config: dict, training: TrainingConfig, random: b
 
 
 def keep_last_blocks(model: nn.Module, blocks: int) -> None:
-    """A slice (mlxfit/slicing.py): the model's block list cut to its last `blocks`,
+    """A slice (mlxfit/measure/slicing.py): the model's block list cut to its last `blocks`,
     before anything is evaluated, so the others never take memory."""
-    from .model.module_tree import modules
+    from ..model.module_tree import modules
 
     layers = model.layers
     for _, module in modules(model):
