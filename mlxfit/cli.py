@@ -46,7 +46,7 @@ def cli():
 @handle_errors
 def memory(memory, gpu_memory, reserve, json_):
     """Show this machine's memory, the reserve and the budget for training."""
-    from . import render
+    from .render import terminal as render
 
     machine = get_machine(memory, gpu_memory, reserve)
     if json_:
@@ -162,7 +162,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
             out.update(comparison.to_dict())
         print_json(out)
     else:
-        from . import render  # rich, for text only
+        from .render import terminal as render  # rich, for text only
 
         render.render_config_notes(resolved)
         render.render_input_warnings(warnings)
@@ -181,8 +181,8 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
 
 
 def read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet):
-    from . import render
     from .model import dataset
+    from .render import terminal as render
 
     choice = dataset.load_tokenizer(model, trust_remote_code=trust_remote_code)
     with render.data_progress(quiet=quiet) as on_progress:
@@ -209,10 +209,10 @@ def gather_advice(plan, stats, machine, backend):
 
 
 def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
-    from . import render
     from .estimate.plan import predict
     from .machine import mlx_backend
     from .measure.parent import Comparison, measure, request_for
+    from .render import terminal as render
 
     # Judge the measurement against the estimate for the backend it runs on.
     backend = mlx_backend()
@@ -235,9 +235,9 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
 
 def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
     """A slice of the run: said beforehand, refused where even it would not fit."""
-    from . import render
     from .estimate.plan import predict
     from .measure.slicing import measure_by_slices, plan_slices, slice_training, sliced_model
+    from .render import terminal as render
     from .units import format_gb, format_size
 
     try:
@@ -269,8 +269,8 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
 @handle_errors
 def fits(memory, gpu_memory, reserve, json_):
     """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full."""
-    from . import render
     from .estimate.plan import fits_table
+    from .render import terminal as render
 
     machine = get_machine(memory, gpu_memory, reserve)
     table = fits_table(machine, backend=machine.backend)
@@ -285,8 +285,8 @@ def fits(memory, gpu_memory, reserve, json_):
 @handle_errors
 def models(json_):
     """List the built-in catalog (works offline; ids as on the Hugging Face Hub)."""
-    from . import render
     from .model.resolve import catalog_rows
+    from .render import terminal as render
 
     rows = catalog_rows()
     if json_:
@@ -301,8 +301,8 @@ def models(json_):
 @handle_errors
 def calibration(clear, json_):
     """Show (or --clear) the measurements that calibrate estimates on this machine."""
-    from . import render
     from .estimate import calibration as store
+    from .render import terminal as render
 
     if clear:
         removed = store.clear()

@@ -1,4 +1,4 @@
-"""`mlxfit bench`: parse, call mlxfit/measure/bench.py, render with mlxfit/render_bench.py.
+"""`mlxfit bench`: parse, call mlxfit/measure/bench.py, render with mlxfit/render/bench.py.
 
 Registered on the group in mlxfit/cli.py with `cli.add_command(bench)`.
 """
@@ -72,9 +72,9 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
       mlxfit bench -m Qwen/Qwen3-0.6B --method lora,qlora --grad-checkpoint on,off --estimate-only
       mlxfit bench -m Qwen/Qwen3-0.6B --max batch_size --memory 16GB
     """
-    from . import render, render_bench
     from .measure import bench as lib
     from .model.resolve import resolve_model
+    from .render import bench as render_bench, terminal as render
 
     ctx = click.get_current_context()
     given = {

@@ -369,7 +369,7 @@ def test_importing_the_command_stays_light():
         "import sys\n"
         "import mlxfit.cli_bench\n"
         "heavy = ('mlx_lm', 'transformers', 'matplotlib')\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in ('mlxfit.measure.bench', 'mlxfit.render_bench')))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in ('mlxfit.measure.bench', 'mlxfit.render.bench')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

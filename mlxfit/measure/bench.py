@@ -3,7 +3,7 @@ batch size or sequence length that fits.
 
 Pure logic over `plan.predict` and `parent.measure`: results come back as rows,
 progress goes out through a callback, nothing is printed. The CSV log lives here
-too (a file of results, not terminal output); mlxfit/render_bench.py draws.
+too (a file of results, not terminal output); mlxfit/render/bench.py draws.
 
 Which measured figure is judged against the budget: `peak_with_load_bytes`, MLX's
 own peak including the model load. It is what mlx-lm's trainer reports and what

@@ -1,5 +1,5 @@
 """Drawing for `mlxfit bench`: progress, the results table, the --max answer and
-the --plot figure. Uses the one shared console of mlxfit/render.py."""
+the --plot figure. Uses the one shared console of mlxfit/render/terminal.py."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-from .errors import MlxfitError
-from .estimate.plan import verdict
-from .estimate.uncertainty import predicted_range, verdict as range_verdict
-from .measure.bench import ESTIMATED, FAILED, MEASURED, SKIPPED, UNKNOWN, MaxResult, Row
-from .render import VERDICT_STYLE, console, err_console, machine_line, print_warnings
-from .units import GB, format_count, format_size
+from ..errors import MlxfitError
+from ..estimate.plan import verdict
+from ..estimate.uncertainty import predicted_range, verdict as range_verdict
+from ..measure.bench import ESTIMATED, FAILED, MEASURED, SKIPPED, UNKNOWN, MaxResult, Row
+from ..units import GB, format_count, format_size
+from .terminal import VERDICT_STYLE, console, err_console, machine_line, print_warnings
 
 PLOT_INSTALL = "pip install 'mlxfit[plot]'"
 SETTING_WORDS = {"batch_size": "batch size", "max_seq_length": "max sequence length"}

@@ -11,10 +11,10 @@ from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, Te
 from rich.table import Table
 from rich.text import Text
 
-from .estimate.plan import FitsTable, Plan, verdict
-from .estimate.rule import METHOD_LABELS
-from .machine import Machine
-from .units import format_count, format_gb, format_gb_range, format_size
+from ..estimate.plan import FitsTable, Plan, verdict
+from ..estimate.rule import METHOD_LABELS
+from ..machine import Machine
+from ..units import format_count, format_gb, format_gb_range, format_size
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -362,7 +362,7 @@ def render_reference(plan: Plan) -> None:
 
 def settings_words(training) -> str:
     """What a reference estimate's batch × length stands for."""
-    from .model.training import defaults
+    from ..model.training import defaults
 
     d = defaults()
     if (training.batch_size, training.max_seq_length) == (d["batch_size"], d["max_seq_length"]):
