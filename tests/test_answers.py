@@ -6,7 +6,7 @@ import shlex
 import pytest
 from click.testing import CliRunner
 
-from mlxfit.cli import cli
+from mlxfit.cli.main import cli
 from conftest import GB, LINUX_CPU
 from tiny_configs import TINY
 

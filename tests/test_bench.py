@@ -13,8 +13,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from mlxfit.cli import cli
-from mlxfit.cli_bench import bench
+from mlxfit.cli.bench import bench
+from mlxfit.cli.main import cli
 from mlxfit.errors import BadInput
 from mlxfit.estimate.plan import predict
 from mlxfit.measure import bench as lib
@@ -24,7 +24,7 @@ from mlxfit.model.training import TrainingConfig
 from conftest import LINUX_CPU
 from tiny_configs import TINY
 
-cli.add_command(bench)  # as mlxfit/cli.py registers it
+cli.add_command(bench)  # as mlxfit/cli/main.py registers it
 
 SMALL = dict(TINY["llama"], hidden_size=128, intermediate_size=256, vocab_size=512, torch_dtype="float32")
 HAVE_MATPLOTLIB = True
@@ -367,7 +367,7 @@ def test_plot_without_matplotlib_is_one_line(small, monkeypatch):
 def test_importing_the_command_stays_light():
     code = (
         "import sys\n"
-        "import mlxfit.cli_bench\n"
+        "import mlxfit.cli.bench\n"
         "heavy = ('mlx_lm', 'transformers', 'matplotlib')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in ('mlxfit.measure.bench', 'mlxfit.render.bench')))\n"
     )

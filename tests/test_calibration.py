@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from mlxfit.cli import cli
+from mlxfit.cli.main import cli
 from mlxfit.estimate import calibration as store
 from mlxfit.estimate.plan import predict
 from mlxfit.model.resolve import from_folder, resolve_model

@@ -7,7 +7,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from mlxfit.cli import cli
+from mlxfit.cli.main import cli
 from conftest import GB, LINUX_CPU, MAC_36GB
 from tiny_configs import TINY
 
@@ -226,7 +226,7 @@ def test_estimate_path_never_imports_transformers():
     code = (
         "import sys\n"
         "from click.testing import CliRunner\n"
-        "from mlxfit.cli import cli\n"
+        "from mlxfit.cli.main import cli\n"
         "for args in (['probe'], ['probe', '--model', 'Qwen/Qwen2.5-7B-Instruct', '--json'],\n"
         "             ['probe', '--model', 'Qwen/Qwen3-30B-A3B', '--method', 'qlora', '--json'], ['fits'], ['memory']):\n"
         "    r = CliRunner().invoke(cli, args)\n"

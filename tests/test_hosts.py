@@ -5,7 +5,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from mlxfit.cli import cli
+from mlxfit.cli.main import cli
 from conftest import CUDA_24GB, LINUX_CPU
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mlxfit.cli import cli
+from mlxfit.cli.main import cli
 from mlxfit.measure.parent import MeasurementFailed, measure, request_for
 from mlxfit.model.resolve import from_folder
 from mlxfit.model.training import TrainingConfig

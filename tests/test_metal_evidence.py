@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mlxfit.cli import cli
+from mlxfit.cli.main import cli
 from mlxfit.estimate import evidence as ev
 from mlxfit.estimate.detailed import estimate
 from mlxfit.estimate.uncertainty import predicted_range, ranges, verdict

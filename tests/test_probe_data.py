@@ -6,7 +6,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from mlxfit.cli import cli
+from mlxfit.cli.main import cli
 from mlxfit.estimate.detailed import estimate
 from mlxfit.model.resolve import from_folder
 from mlxfit.model.training import TrainingConfig

@@ -6,7 +6,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from mlxfit.cli import cli
+from mlxfit.cli.main import cli
 from mlxfit.errors import MlxfitError
 from mlxfit.measure.parent import measure, request_for
 from mlxfit.measure.slicing import Slice, SlicePlan, measure_by_slices, period, plan_slices

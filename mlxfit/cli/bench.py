@@ -1,15 +1,15 @@
 """`mlxfit bench`: parse, call mlxfit/measure/bench.py, render with mlxfit/render/bench.py.
 
-Registered on the group in mlxfit/cli.py with `cli.add_command(bench)`.
+Registered on the group in mlxfit/cli/main.py with `cli.add_command(bench)`.
 """
 
 from __future__ import annotations
 
 import click
 
-from .cli_options import CONTEXT_SETTINGS, get_machine, handle_errors, json_option, local_calibration, machine_options
-from .errors import BadInput, MlxfitError
-from .model.training import OPTIMIZERS, TrainingConfig
+from ..errors import BadInput, MlxfitError
+from ..model.training import OPTIMIZERS, TrainingConfig
+from .options import CONTEXT_SETTINGS, get_machine, handle_errors, json_option, local_calibration, machine_options
 
 LIST = "N[,N...]"
 MAX_CHOICES = ("batch_size", "max_seq_length", "batch-size", "max-seq-length")
@@ -72,9 +72,9 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
       mlxfit bench -m Qwen/Qwen3-0.6B --method lora,qlora --grad-checkpoint on,off --estimate-only
       mlxfit bench -m Qwen/Qwen3-0.6B --max batch_size --memory 16GB
     """
-    from .measure import bench as lib
-    from .model.resolve import resolve_model
-    from .render import bench as render_bench, terminal as render
+    from ..measure import bench as lib
+    from ..model.resolve import resolve_model
+    from ..render import bench as render_bench, terminal as render
 
     ctx = click.get_current_context()
     given = {
@@ -109,7 +109,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         )
     machine = get_machine(memory, gpu_memory, reserve)
     if measuring:
-        from .machine import mlx_backend
+        from ..machine import mlx_backend
 
         local = mlx_backend()
         if backend and backend != local:

@@ -7,11 +7,10 @@ from dataclasses import replace
 
 import click
 
-from . import __version__
-from .errors import MlxfitError
-from .model.training import FINE_TUNE_TYPES, OPTIMIZERS
-
-from .cli_options import (  # noqa: F401  (cli_bench imports them from here too)
+from .. import __version__
+from ..errors import MlxfitError
+from ..model.training import FINE_TUNE_TYPES, OPTIMIZERS
+from .options import (
     CONTEXT_SETTINGS,
     get_machine,
     handle_errors,
@@ -46,7 +45,7 @@ def cli():
 @handle_errors
 def memory(memory, gpu_memory, reserve, json_):
     """Show this machine's memory, the reserve and the budget for training."""
-    from .render import terminal as render
+    from ..render import terminal as render
 
     machine = get_machine(memory, gpu_memory, reserve)
     if json_:
@@ -56,7 +55,7 @@ def memory(memory, gpu_memory, reserve, json_):
 
 
 def _default(name):
-    from .model.training import defaults
+    from ..model.training import defaults
 
     return defaults()[name]
 
@@ -106,15 +105,15 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     """
     from pathlib import Path
 
-    from .estimate.plan import make_plan
-    from .model.resolve import resolve_model
-    from .model.runconfig import check_against_model, check_method, one_model, resolve, with_method
+    from ..estimate.plan import make_plan
+    from ..model.resolve import resolve_model
+    from ..model.runconfig import check_against_model, check_method, one_model, resolve, with_method
 
     model_spec = one_model(model_arg, model_spec)
     host_list = None
     if hostfile:
-        from .estimate.hosts import read_hostfile
-        from .machine import read_platform
+        from ..estimate.hosts import read_hostfile
+        from ..machine import read_platform
 
         host_list = read_hostfile(Path(hostfile), read_platform(), reserve)
         training_flags["hosts"] = len(host_list)
@@ -131,7 +130,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     if resolved.data:
         stats = read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet=json_)
     if host_list:
-        from .estimate.hosts import smallest
+        from ..estimate.hosts import smallest
 
         tightest = smallest(host_list)
         machine = tightest.machine
@@ -162,7 +161,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
             out.update(comparison.to_dict())
         print_json(out)
     else:
-        from .render import terminal as render  # rich, for text only
+        from ..render import terminal as render  # rich, for text only
 
         render.render_config_notes(resolved)
         render.render_input_warnings(warnings)
@@ -181,8 +180,8 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
 
 
 def read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet):
-    from .model import dataset
-    from .render import terminal as render
+    from ..model import dataset
+    from ..render import terminal as render
 
     choice = dataset.load_tokenizer(model, trust_remote_code=trust_remote_code)
     with render.data_progress(quiet=quiet) as on_progress:
@@ -199,8 +198,8 @@ def read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet):
 
 
 def gather_advice(plan, stats, machine, backend):
-    from .estimate.advice import data_advice, growth_advice
-    from .estimate.calibration import stored
+    from ..estimate.advice import data_advice, growth_advice
+    from ..estimate.calibration import stored
 
     notes = data_advice(plan, stats) if stats is not None else []
     if not machine.hypothetical:
@@ -209,10 +208,10 @@ def gather_advice(plan, stats, machine, backend):
 
 
 def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
-    from .estimate.plan import predict
-    from .machine import mlx_backend
-    from .measure.parent import Comparison, measure, request_for
-    from .render import terminal as render
+    from ..estimate.plan import predict
+    from ..machine import mlx_backend
+    from ..measure.parent import Comparison, measure, request_for
+    from ..render import terminal as render
 
     # Judge the measurement against the estimate for the backend it runs on.
     backend = mlx_backend()
@@ -226,7 +225,7 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
         with render.measure_progress(quiet=quiet) as on_event:
             measurement = measure(request, timeout=timeout, on_event=on_event)
     if plan.model.architecture is not None:
-        from .estimate.calibration import architecture_key, record
+        from ..estimate.calibration import architecture_key, record
 
         record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict(),
                architecture=architecture_key(plan.model))
@@ -235,10 +234,10 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
 
 def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
     """A slice of the run: said beforehand, refused where even it would not fit."""
-    from .estimate.plan import predict
-    from .measure.slicing import measure_by_slices, plan_slices, slice_training, sliced_model
-    from .render import terminal as render
-    from .units import format_gb, format_size
+    from ..estimate.plan import predict
+    from ..measure.slicing import measure_by_slices, plan_slices, slice_training, sliced_model
+    from ..render import terminal as render
+    from ..units import format_gb, format_size
 
     try:
         slices = plan_slices(plan.model.architecture, plan.training)
@@ -269,8 +268,8 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
 @handle_errors
 def fits(memory, gpu_memory, reserve, json_):
     """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full."""
-    from .estimate.plan import fits_table
-    from .render import terminal as render
+    from ..estimate.plan import fits_table
+    from ..render import terminal as render
 
     machine = get_machine(memory, gpu_memory, reserve)
     table = fits_table(machine, backend=machine.backend)
@@ -285,8 +284,8 @@ def fits(memory, gpu_memory, reserve, json_):
 @handle_errors
 def models(json_):
     """List the built-in catalog (works offline; ids as on the Hugging Face Hub)."""
-    from .model.resolve import catalog_rows
-    from .render import terminal as render
+    from ..model.resolve import catalog_rows
+    from ..render import terminal as render
 
     rows = catalog_rows()
     if json_:
@@ -301,8 +300,8 @@ def models(json_):
 @handle_errors
 def calibration(clear, json_):
     """Show (or --clear) the measurements that calibrate estimates on this machine."""
-    from .estimate import calibration as store
-    from .render import terminal as render
+    from ..estimate import calibration as store
+    from ..render import terminal as render
 
     if clear:
         removed = store.clear()
@@ -318,6 +317,6 @@ def calibration(clear, json_):
         render.render_calibration(store.measurements_dir(), entries)
 
 
-from .cli_bench import bench  # noqa: E402
+from .bench import bench  # noqa: E402
 
 cli.add_command(bench)

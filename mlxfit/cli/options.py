@@ -1,4 +1,4 @@
-"""Options and helpers shared by every command (mlxfit/cli.py, mlxfit/cli_bench.py)."""
+"""Options and helpers shared by every command (mlxfit/cli/main.py, mlxfit/cli/bench.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import click
 
-from .errors import MlxfitError
+from ..errors import MlxfitError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -16,7 +16,7 @@ class SizeParam(click.ParamType):
     name = "SIZE"
 
     def convert(self, value, param, ctx):
-        from .units import parse_bytes
+        from ..units import parse_bytes
 
         if isinstance(value, int):
             return value
@@ -30,7 +30,7 @@ class ReserveParam(click.ParamType):
     name = "FRACTION|SIZE"
 
     def convert(self, value, param, ctx):
-        from .machine import parse_reserve
+        from ..machine import parse_reserve
 
         try:
             return parse_reserve(value)
@@ -80,7 +80,7 @@ def json_option(fn):
 
 
 def get_machine(memory, gpu_memory, reserve):
-    from .machine import build_machine, read_platform
+    from ..machine import build_machine, read_platform
 
     return build_machine(read_platform(), reserve=reserve, memory=memory, gpu_memory=gpu_memory)
 
@@ -96,7 +96,7 @@ def local_calibration(machine, backend, model, training=None):
     """Stored measurements correct estimates for this machine's own backend only,
     and only of the architecture they measured at close settings (with `training`:
     None unless that run has a close measurement)."""
-    from .estimate.calibration import calibration
+    from ..estimate.calibration import calibration
 
     if machine.hypothetical or (backend and backend != machine.backend) or model.architecture is None:
         return None

@@ -1,0 +1,1 @@
+"""The command line: parse, call, render. No computation lives here."""
