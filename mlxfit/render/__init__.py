@@ -1,2 +1,2 @@
-"""What the user sees: all terminal drawing and JSON printing, on one shared console.
-Compute modules return data and never print."""
+"""What the user sees: all terminal drawing, on one shared console. Compute modules return
+data and never print."""
