@@ -560,10 +560,17 @@ def render_comparison(comparison) -> None:
     table.add_column("figure")
     table.add_column("bytes", justify="right")
     table.add_column("what it is")
-    table.add_row("peak (steps)", format_size(m.peak_bytes), "mx.get_peak_memory(), reset after the model was built")
-    table.add_row("peak with load", format_size(m.peak_with_load_bytes), "the figure mlx-lm's trainer reports")
-    table.add_row("allocator cache", format_size(m.cache_bytes), "mx.get_cache_memory(): freed buffers MLX keeps")
-    table.add_row("process peak", format_size(m.process_peak_bytes), "resident high-water mark of the process")
+    if m.method == "slice":
+        table.add_row("peak (steps)", format_size(m.peak_bytes), "extrapolated from the slices' mx.get_peak_memory()")
+        table.add_row("peak with load", format_size(m.peak_with_load_bytes), "extrapolated: what mlx-lm's trainer would report")
+        table.add_row("slices' own peak", format_size(m.slice["peak_bytes"]), "the largest slice's MLX peak: what measuring took")
+        table.add_row("allocator cache", format_size(m.cache_bytes), "the slices' largest mx.get_cache_memory()")
+        table.add_row("process peak", format_size(m.process_peak_bytes), "resident high-water mark of the slices' process")
+    else:
+        table.add_row("peak (steps)", format_size(m.peak_bytes), "mx.get_peak_memory(), reset after the model was built")
+        table.add_row("peak with load", format_size(m.peak_with_load_bytes), "the figure mlx-lm's trainer reports")
+        table.add_row("allocator cache", format_size(m.cache_bytes), "mx.get_cache_memory(): freed buffers MLX keeps")
+        table.add_row("process peak", format_size(m.process_peak_bytes), "resident high-water mark of the process")
     table.add_row("predicted", format_size(comparison.predicted_bytes), f"error {comparison.error_pct:+.1f}% against peak with load")
     console.print(table)
     style = VERDICT_STYLE[judged["verdict"]]
