@@ -95,7 +95,7 @@ def test_probe_measures_by_slice_a_run_that_would_not_fit(model_folder, platform
 
 def test_a_sliced_measurement_says_its_figures_are_extrapolated():
     from mlxfit.measure.parent import Comparison, Measurement
-    from mlxfit.render import terminal
+    from mlxfit.render import probe as terminal
 
     m = Measurement(peak_bytes=33_430_000_000, peak_with_load_bytes=33_430_000_000, load_peak_bytes=30_000_000_000,
                     cache_bytes=33_600_000, process_peak_bytes=8_160_000_000, steps=4, seconds=744.9, build_seconds=130.0,

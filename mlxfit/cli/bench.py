@@ -74,7 +74,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     """
     from ..measure import bench as lib
     from ..model.resolve import resolve_model
-    from ..render import bench as render_bench, terminal as render
+    from ..render import bench as render_bench, probe as render
 
     ctx = click.get_current_context()
     given = {

@@ -45,7 +45,7 @@ def cli():
 @handle_errors
 def memory(memory, gpu_memory, reserve, json_):
     """Show this machine's memory, the reserve and the budget for training."""
-    from ..render import terminal as render
+    from ..render import probe as render
 
     machine = get_machine(memory, gpu_memory, reserve)
     if json_:
@@ -161,7 +161,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
             out.update(comparison.to_dict())
         print_json(out)
     else:
-        from ..render import terminal as render  # rich, for text only
+        from ..render import probe as render  # rich, for text only
 
         render.render_config_notes(resolved)
         render.render_input_warnings(warnings)
@@ -181,7 +181,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
 
 def read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet):
     from ..model import dataset
-    from ..render import terminal as render
+    from ..render import probe as render
 
     choice = dataset.load_tokenizer(model, trust_remote_code=trust_remote_code)
     with render.data_progress(quiet=quiet) as on_progress:
@@ -211,7 +211,7 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
     from ..estimate.plan import predict
     from ..machine import mlx_backend
     from ..measure.parent import Comparison, measure, request_for
-    from ..render import terminal as render
+    from ..render import probe as render
 
     # Judge the measurement against the estimate for the backend it runs on.
     backend = mlx_backend()
@@ -236,7 +236,7 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
     """A slice of the run: said beforehand, refused where even it would not fit."""
     from ..estimate.plan import predict
     from ..measure.slicing import measure_by_slices, plan_slices, slice_training, sliced_model
-    from ..render import terminal as render
+    from ..render import probe as render
     from ..units import format_gb, format_size
 
     try:
@@ -269,7 +269,7 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
 def fits(memory, gpu_memory, reserve, json_):
     """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full."""
     from ..estimate.plan import fits_table
-    from ..render import terminal as render
+    from ..render import probe as render
 
     machine = get_machine(memory, gpu_memory, reserve)
     table = fits_table(machine, backend=machine.backend)
@@ -285,7 +285,7 @@ def fits(memory, gpu_memory, reserve, json_):
 def models(json_):
     """List the built-in catalog (works offline; ids as on the Hugging Face Hub)."""
     from ..model.resolve import catalog_rows
-    from ..render import terminal as render
+    from ..render import probe as render
 
     rows = catalog_rows()
     if json_:
@@ -301,7 +301,7 @@ def models(json_):
 def calibration(clear, json_):
     """Show (or --clear) the measurements that calibrate estimates on this machine."""
     from ..estimate import calibration as store
-    from ..render import terminal as render
+    from ..render import probe as render
 
     if clear:
         removed = store.clear()
