@@ -368,6 +368,6 @@ def test_ctrl_c_during_a_measurement_exits_130(monkeypatch):
 
 
 def test_one_token_is_singular():
-    from mlxfit.render.probe import tokens
+    from mlxfit.render.text import tokens
 
     assert tokens(1) == "1 token" and tokens(2048) == "2,048 tokens"

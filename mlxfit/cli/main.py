@@ -45,11 +45,11 @@ def cli():
 @handle_errors
 def memory(memory, gpu_memory, reserve, json_):
     """Show this machine's memory, the reserve and the budget for training."""
-    from ..render import probe as render
+    from ..render import probe as render, text
 
     machine = get_machine(memory, gpu_memory, reserve)
     if json_:
-        render.print_json({"machine": machine.to_dict()})
+        text.print_json({"machine": machine.to_dict()})
     else:
         render.render_memory(machine)
 
@@ -237,6 +237,7 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
     from ..estimate.plan import predict
     from ..measure.slicing import measure_by_slices, plan_slices, slice_training, sliced_model
     from ..render import probe as render
+    from ..render.text import print_hanging
     from ..units import format_gb, format_size
 
     try:
@@ -254,7 +255,7 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
             f"{format_size(usable)} budget; change the run (see the plan without --measure) or pass --force"
         )
     if not quiet:
-        render.print_hanging(
+        print_hanging(
             f"[bold]Slice[/]    measuring {slices.describe()}: {len(slices.slices)} short runs in one process, "
             f"each about {format_gb(need)} at most, extrapolated to the whole model",
         )
@@ -269,12 +270,12 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
 def fits(memory, gpu_memory, reserve, json_):
     """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full."""
     from ..estimate.plan import fits_table
-    from ..render import probe as render
+    from ..render import probe as render, text
 
     machine = get_machine(memory, gpu_memory, reserve)
     table = fits_table(machine, backend=machine.backend)
     if json_:
-        render.print_json(table.to_dict())
+        text.print_json(table.to_dict())
     else:
         render.render_fits(table)
 
@@ -285,11 +286,11 @@ def fits(memory, gpu_memory, reserve, json_):
 def models(json_):
     """List the built-in catalog (works offline; ids as on the Hugging Face Hub)."""
     from ..model.resolve import catalog_rows
-    from ..render import probe as render
+    from ..render import probe as render, text
 
     rows = catalog_rows()
     if json_:
-        render.print_json({"models": rows})
+        text.print_json({"models": rows})
     else:
         render.render_models(rows)
 
@@ -301,18 +302,18 @@ def models(json_):
 def calibration(clear, json_):
     """Show (or --clear) the measurements that calibrate estimates on this machine."""
     from ..estimate import calibration as store
-    from ..render import probe as render
+    from ..render import probe as render, text
 
     if clear:
         removed = store.clear()
         if json_:
-            render.print_json({"removed": removed})
+            text.print_json({"removed": removed})
         else:
-            render.console.print(f"Removed {removed} stored measurement{'s' if removed != 1 else ''} from {store.measurements_dir()}")
+            text.console.print(f"Removed {removed} stored measurement{'s' if removed != 1 else ''} from {store.measurements_dir()}")
         return
     entries = store.stored()
     if json_:
-        render.print_json({"directory": str(store.measurements_dir()), "measurements": entries})
+        text.print_json({"directory": str(store.measurements_dir()), "measurements": entries})
     else:
         render.render_calibration(store.measurements_dir(), entries)
 
