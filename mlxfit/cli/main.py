@@ -45,7 +45,7 @@ def cli():
 @handle_errors
 def memory(memory, gpu_memory, reserve, json_):
     """Show this machine's memory, the reserve and the budget for training."""
-    from ..render import probe as render, text
+    from ..render import memory as render, text
 
     machine = get_machine(memory, gpu_memory, reserve)
     if json_:

@@ -15,7 +15,7 @@ from ..estimate.plan import verdict
 from ..estimate.uncertainty import predicted_range, verdict as range_verdict
 from ..measure.bench import ESTIMATED, FAILED, MEASURED, SKIPPED, UNKNOWN, MaxResult, Row
 from ..units import GB, format_count, format_size
-from .probe import machine_line, print_warnings
+from .memory import machine_line, print_warnings
 from .text import VERDICT_STYLE, console, err_console
 
 PLOT_INSTALL = "pip install 'mlxfit[plot]'"
