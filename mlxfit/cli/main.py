@@ -161,7 +161,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
             out.update(comparison.to_dict())
         print_json(out)
     else:
-        from ..render import probe as render  # rich, for text only
+        from ..render import measurement, probe as render  # rich, for text only
 
         render.render_config_notes(resolved)
         render.render_input_warnings(warnings)
@@ -175,7 +175,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
         if host_checks is not None:
             render.render_hosts(host_checks)
         if comparison is not None:
-            render.render_comparison(comparison)
+            measurement.render_comparison(comparison)
         render.render_units_note()
 
 
@@ -211,7 +211,7 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
     from ..estimate.plan import predict
     from ..machine import mlx_backend
     from ..measure.parent import Comparison, measure, request_for
-    from ..render import probe as render
+    from ..render.measurement import measure_progress
 
     # Judge the measurement against the estimate for the backend it runs on.
     backend = mlx_backend()
@@ -222,7 +222,7 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
         measurement = measure_slices(plan, backend, usable, force, timeout, steps, quiet)
     else:
         request = request_for(plan.model, plan.training, length=plan.length, max_steps=steps)
-        with render.measure_progress(quiet=quiet) as on_event:
+        with measure_progress(quiet=quiet) as on_event:
             measurement = measure(request, timeout=timeout, on_event=on_event)
     if plan.model.architecture is not None:
         from ..estimate.calibration import architecture_key, record
@@ -236,7 +236,7 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
     """A slice of the run: said beforehand, refused where even it would not fit."""
     from ..estimate.plan import predict
     from ..measure.slicing import measure_by_slices, plan_slices, slice_training, sliced_model
-    from ..render import probe as render
+    from ..render.measurement import measure_progress
     from ..render.text import print_hanging
     from ..units import format_gb, format_size
 
@@ -259,7 +259,7 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
             f"[bold]Slice[/]    measuring {slices.describe()}: {len(slices.slices)} short runs in one process, "
             f"each about {format_gb(need)} at most, extrapolated to the whole model",
         )
-    with render.measure_progress(quiet=quiet) as on_event:
+    with measure_progress(quiet=quiet) as on_event:
         return measure_by_slices(plan.model, plan.training, plan.length, steps, timeout=timeout, on_event=on_event)
 
 
