@@ -328,11 +328,11 @@ def test_json_error_is_not_at_at(tmp_path):
 
 def test_one_malformed_line_is_singular(capsys):
     from mlxfit.model.dataset import DataStats
-    from mlxfit.render import probe as render
+    from mlxfit.render.inputs import render_data
 
     stats = DataStats("t.jsonl", "text", 3, 1, 1, 1, 1, 0, 0, 33, 4, 2048, "approx", True,
                       skipped_lines=1, bad_lines=((2, "is empty"),))
-    render.render_data(stats)
+    render_data(stats)
     assert "skipped 1 malformed line (first: 2)" in capsys.readouterr().out
 
 

@@ -161,12 +161,12 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
             out.update(comparison.to_dict())
         print_json(out)
     else:
-        from ..render import measurement, probe as render  # rich, for text only
+        from ..render import inputs, measurement, probe as render  # rich, for text only
 
-        render.render_config_notes(resolved)
-        render.render_input_warnings(warnings)
+        inputs.render_config_notes(resolved)
+        inputs.render_input_warnings(warnings)
         if stats is not None:
-            render.render_data(stats)
+            inputs.render_data(stats)
         nodes = None
         if host_list:
             nodes = [f"per node: {len(host_list)} hosts in {hostfile}", f"planned for the smallest, {tightest.name}"]
@@ -181,10 +181,10 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
 
 def read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet):
     from ..model import dataset
-    from ..render import probe as render
+    from ..render.inputs import data_progress
 
     choice = dataset.load_tokenizer(model, trust_remote_code=trust_remote_code)
-    with render.data_progress(quiet=quiet) as on_progress:
+    with data_progress(quiet=quiet) as on_progress:
         return dataset.measure(
             resolved.data,
             choice,

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from rich import box
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -13,7 +10,7 @@ from ..estimate.plan import FitsTable, Plan, verdict
 from ..estimate.rule import METHOD_LABELS
 from ..units import format_count, format_gb, format_gb_range, format_size
 from .memory import machine_fields, print_warnings
-from .text import VERDICT_STYLE, console, err_console, print_fields, print_hanging, tokens
+from .text import VERDICT_STYLE, console, print_fields, print_hanging, tokens
 
 VERDICT_MARK = {"fits": "✓", "tight": "!", "does not fit": "✗"}
 SOURCE_LABEL = {
@@ -445,53 +442,6 @@ def render_hosts(checks: list[dict]) -> None:
             format_gb(c["predicted_peak_bytes"]), Text(c["verdict"], style=VERDICT_STYLE[c["verdict"]]),
         )
     console.print(table)
-
-
-@contextmanager
-def data_progress(quiet: bool = False):
-    """A bar over the bytes of the training file while it is tokenized."""
-    if quiet:
-        yield None
-        return
-    progress = Progress(
-        TextColumn("tokenizing"), BarColumn(), DownloadColumn(binary_units=False), TimeElapsedColumn(),
-        console=err_console, transient=True,
-    )
-    with progress:
-        task = progress.add_task("tokenizing", total=None)
-
-        def on_progress(lines: int, done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
-
-        yield on_progress
-
-
-def render_config_notes(resolved) -> None:
-    if resolved.config_file:
-        console.print(f"[bold]Config[/]   {resolved.config_file} (flags override it, as in mlx_lm.lora)")
-    for key in resolved.unknown_keys:
-        console.print(f"[yellow]warning:[/] {resolved.config_file}: unknown key {key!r} (mlx_lm.lora does not read it)")
-    for key in resolved.ignored_keys:
-        console.print(f"[yellow]warning:[/] {resolved.config_file}: mlx_lm.lora ignores {key!r} in a config file (its flag default wins)")
-
-
-def render_data(stats) -> None:
-    approx = " (approximate: no tokenizer)" if stats.approximate else ""
-    print_fields("Data", [
-        str(stats.file), stats.format, f"{stats.examples:,} examples",
-        f"tokens p50 {stats.p50} · p90 {stats.p90} · p99 {stats.p99} · max {stats.max}",
-        f"widest batch {stats.worst_batch_tokens}{approx}",
-    ])
-    console.print(f"[dim]         tokenizer: {stats.tokenizer_source}[/]")
-    if stats.skipped_lines:
-        lines = ", ".join(str(n) for n, _ in stats.bad_lines)
-        word = "line" if stats.skipped_lines == 1 else "lines"
-        console.print(f"[yellow]warning:[/] skipped {stats.skipped_lines} malformed {word} (first: {lines})")
-
-
-def render_input_warnings(warnings: list[str]) -> None:
-    for warning in warnings:
-        print_hanging(f"[yellow]warning:[/] {warning}", indent=2)
 
 
 def render_advice(notes: list[str]) -> None:
