@@ -270,7 +270,7 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
 def fits(memory, gpu_memory, reserve, json_):
     """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full."""
     from ..estimate.plan import fits_table
-    from ..render import probe as render, text
+    from ..render import readouts as render, text
 
     machine = get_machine(memory, gpu_memory, reserve)
     table = fits_table(machine, backend=machine.backend)
@@ -286,7 +286,7 @@ def fits(memory, gpu_memory, reserve, json_):
 def models(json_):
     """List the built-in catalog (works offline; ids as on the Hugging Face Hub)."""
     from ..model.resolve import catalog_rows
-    from ..render import probe as render, text
+    from ..render import readouts as render, text
 
     rows = catalog_rows()
     if json_:
@@ -302,7 +302,7 @@ def models(json_):
 def calibration(clear, json_):
     """Show (or --clear) the measurements that calibrate estimates on this machine."""
     from ..estimate import calibration as store
-    from ..render import probe as render, text
+    from ..render import readouts as render, text
 
     if clear:
         removed = store.clear()
