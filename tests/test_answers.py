@@ -270,7 +270,7 @@ def test_piped_legend_tells_parts_apart():
 
 
 def test_distinct_colours_per_part():
-    from mlxfit.render.terminal import PART_STYLES
+    from mlxfit.render.probe import PART_STYLES
 
     from rich.color import Color, ColorSystem
 
@@ -328,11 +328,11 @@ def test_json_error_is_not_at_at(tmp_path):
 
 def test_one_malformed_line_is_singular(capsys):
     from mlxfit.model.dataset import DataStats
-    from mlxfit.render import terminal as render
+    from mlxfit.render.inputs import render_data
 
     stats = DataStats("t.jsonl", "text", 3, 1, 1, 1, 1, 0, 0, 33, 4, 2048, "approx", True,
                       skipped_lines=1, bad_lines=((2, "is empty"),))
-    render.render_data(stats)
+    render_data(stats)
     assert "skipped 1 malformed line (first: 2)" in capsys.readouterr().out
 
 
@@ -368,6 +368,6 @@ def test_ctrl_c_during_a_measurement_exits_130(monkeypatch):
 
 
 def test_one_token_is_singular():
-    from mlxfit.render.terminal import tokens
+    from mlxfit.render.text import tokens
 
     assert tokens(1) == "1 token" and tokens(2048) == "2,048 tokens"

@@ -95,15 +95,16 @@ def test_probe_measures_by_slice_a_run_that_would_not_fit(model_folder, platform
 
 def test_a_sliced_measurement_says_its_figures_are_extrapolated():
     from mlxfit.measure.parent import Comparison, Measurement
-    from mlxfit.render import terminal
+    from mlxfit.render.measurement import render_comparison
+    from mlxfit.render.text import console
 
     m = Measurement(peak_bytes=33_430_000_000, peak_with_load_bytes=33_430_000_000, load_peak_bytes=30_000_000_000,
                     cache_bytes=33_600_000, process_peak_bytes=8_160_000_000, steps=4, seconds=744.9, build_seconds=130.0,
                     backend="cpu", method="slice",
                     slice={"how": "slices of 1 trained; 3 trained", "peaks_bytes": [5_900_000_000, 8_030_000_000],
                            "peak_bytes": 8_030_000_000})
-    with terminal.console.capture() as captured:
-        terminal.render_comparison(Comparison(m, predicted_bytes=33_530_000_000, usable_bytes=19_000_000_000))
+    with console.capture() as captured:
+        render_comparison(Comparison(m, predicted_bytes=33_530_000_000, usable_bytes=19_000_000_000))
     text = " ".join(captured.get().split())
     assert "Measured by slice on the cpu backend" in text
     assert "extrapolated from the slices' mx.get_peak_memory()" in text

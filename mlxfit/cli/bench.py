@@ -74,7 +74,8 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     """
     from ..measure import bench as lib
     from ..model.resolve import resolve_model
-    from ..render import bench as render_bench, terminal as render
+    from ..render import bench as render_bench
+    from ..render.text import console, print_json
 
     ctx = click.get_current_context()
     given = {
@@ -133,7 +134,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
                 measure_runs=measuring, timeout=timeout, steps=steps, on_event=on_event, local_usable_bytes=local_usable,
             )
         if json_:
-            render.print_json({"model": model.to_dict(), "machine": machine.to_dict(), "notes": notes, "max": result.to_dict()})
+            print_json({"model": model.to_dict(), "machine": machine.to_dict(), "notes": notes, "max": result.to_dict()})
         else:
             render_bench.render_max(result)
         if result.unknown:
@@ -165,7 +166,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     if plot and rows:
         render_bench.plot_sweep(rows, varying, machine.usable_bytes, plot, title=f"{model.id} · {backend}")
     if json_:
-        render.print_json({
+        print_json({
             "model": model.to_dict(),
             "machine": machine.to_dict(),
             "notes": notes,
@@ -182,7 +183,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     else:
         render_bench.render_sweep(rows, varying, machine.usable_bytes, interrupted, len(planned))
         if plot and rows:
-            render.console.print(f"Plot written to {plot}")
+            console.print(f"Plot written to {plot}")
     if interrupted:
         ctx.exit(130)
     if any(row.status == lib.UNKNOWN for row in rows):

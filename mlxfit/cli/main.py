@@ -45,11 +45,11 @@ def cli():
 @handle_errors
 def memory(memory, gpu_memory, reserve, json_):
     """Show this machine's memory, the reserve and the budget for training."""
-    from ..render import terminal as render
+    from ..render import memory as render, text
 
     machine = get_machine(memory, gpu_memory, reserve)
     if json_:
-        render.print_json({"machine": machine.to_dict()})
+        text.print_json({"machine": machine.to_dict()})
     else:
         render.render_memory(machine)
 
@@ -161,12 +161,12 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
             out.update(comparison.to_dict())
         print_json(out)
     else:
-        from ..render import terminal as render  # rich, for text only
+        from ..render import inputs, measurement, probe as render  # rich, for text only
 
-        render.render_config_notes(resolved)
-        render.render_input_warnings(warnings)
+        inputs.render_config_notes(resolved)
+        inputs.render_input_warnings(warnings)
         if stats is not None:
-            render.render_data(stats)
+            inputs.render_data(stats)
         nodes = None
         if host_list:
             nodes = [f"per node: {len(host_list)} hosts in {hostfile}", f"planned for the smallest, {tightest.name}"]
@@ -175,16 +175,16 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
         if host_checks is not None:
             render.render_hosts(host_checks)
         if comparison is not None:
-            render.render_comparison(comparison)
+            measurement.render_comparison(comparison)
         render.render_units_note()
 
 
 def read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet):
     from ..model import dataset
-    from ..render import terminal as render
+    from ..render.inputs import data_progress
 
     choice = dataset.load_tokenizer(model, trust_remote_code=trust_remote_code)
-    with render.data_progress(quiet=quiet) as on_progress:
+    with data_progress(quiet=quiet) as on_progress:
         return dataset.measure(
             resolved.data,
             choice,
@@ -211,7 +211,7 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
     from ..estimate.plan import predict
     from ..machine import mlx_backend
     from ..measure.parent import Comparison, measure, request_for
-    from ..render import terminal as render
+    from ..render.measurement import measure_progress
 
     # Judge the measurement against the estimate for the backend it runs on.
     backend = mlx_backend()
@@ -222,7 +222,7 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
         measurement = measure_slices(plan, backend, usable, force, timeout, steps, quiet)
     else:
         request = request_for(plan.model, plan.training, length=plan.length, max_steps=steps)
-        with render.measure_progress(quiet=quiet) as on_event:
+        with measure_progress(quiet=quiet) as on_event:
             measurement = measure(request, timeout=timeout, on_event=on_event)
     if plan.model.architecture is not None:
         from ..estimate.calibration import architecture_key, record
@@ -236,7 +236,8 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
     """A slice of the run: said beforehand, refused where even it would not fit."""
     from ..estimate.plan import predict
     from ..measure.slicing import measure_by_slices, plan_slices, slice_training, sliced_model
-    from ..render import terminal as render
+    from ..render.measurement import measure_progress
+    from ..render.text import print_hanging
     from ..units import format_gb, format_size
 
     try:
@@ -254,11 +255,11 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
             f"{format_size(usable)} budget; change the run (see the plan without --measure) or pass --force"
         )
     if not quiet:
-        render.print_hanging(
+        print_hanging(
             f"[bold]Slice[/]    measuring {slices.describe()}: {len(slices.slices)} short runs in one process, "
             f"each about {format_gb(need)} at most, extrapolated to the whole model",
         )
-    with render.measure_progress(quiet=quiet) as on_event:
+    with measure_progress(quiet=quiet) as on_event:
         return measure_by_slices(plan.model, plan.training, plan.length, steps, timeout=timeout, on_event=on_event)
 
 
@@ -269,12 +270,12 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
 def fits(memory, gpu_memory, reserve, json_):
     """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full."""
     from ..estimate.plan import fits_table
-    from ..render import terminal as render
+    from ..render import readouts as render, text
 
     machine = get_machine(memory, gpu_memory, reserve)
     table = fits_table(machine, backend=machine.backend)
     if json_:
-        render.print_json(table.to_dict())
+        text.print_json(table.to_dict())
     else:
         render.render_fits(table)
 
@@ -285,11 +286,11 @@ def fits(memory, gpu_memory, reserve, json_):
 def models(json_):
     """List the built-in catalog (works offline; ids as on the Hugging Face Hub)."""
     from ..model.resolve import catalog_rows
-    from ..render import terminal as render
+    from ..render import readouts as render, text
 
     rows = catalog_rows()
     if json_:
-        render.print_json({"models": rows})
+        text.print_json({"models": rows})
     else:
         render.render_models(rows)
 
@@ -301,18 +302,18 @@ def models(json_):
 def calibration(clear, json_):
     """Show (or --clear) the measurements that calibrate estimates on this machine."""
     from ..estimate import calibration as store
-    from ..render import terminal as render
+    from ..render import readouts as render, text
 
     if clear:
         removed = store.clear()
         if json_:
-            render.print_json({"removed": removed})
+            text.print_json({"removed": removed})
         else:
-            render.console.print(f"Removed {removed} stored measurement{'s' if removed != 1 else ''} from {store.measurements_dir()}")
+            text.console.print(f"Removed {removed} stored measurement{'s' if removed != 1 else ''} from {store.measurements_dir()}")
         return
     entries = store.stored()
     if json_:
-        render.print_json({"directory": str(store.measurements_dir()), "measurements": entries})
+        text.print_json({"directory": str(store.measurements_dir()), "measurements": entries})
     else:
         render.render_calibration(store.measurements_dir(), entries)
 

@@ -1,5 +1,5 @@
 """Drawing for `mlxfit bench`: progress, the results table, the --max answer and
-the --plot figure. Uses the one shared console of mlxfit/render/terminal.py."""
+the --plot figure. Uses the one shared console of mlxfit/render/text.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from ..estimate.plan import verdict
 from ..estimate.uncertainty import predicted_range, verdict as range_verdict
 from ..measure.bench import ESTIMATED, FAILED, MEASURED, SKIPPED, UNKNOWN, MaxResult, Row
 from ..units import GB, format_count, format_size
-from .terminal import VERDICT_STYLE, console, err_console, machine_line, print_warnings
+from .memory import machine_line, print_warnings
+from .text import VERDICT_STYLE, console, err_console
 
 PLOT_INSTALL = "pip install 'mlxfit[plot]'"
 SETTING_WORDS = {"batch_size": "batch size", "max_seq_length": "max sequence length"}

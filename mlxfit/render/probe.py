@@ -1,26 +1,19 @@
-"""All terminal drawing, with one shared console. Compute modules never print."""
+"""probe's answer: the machine, model and run in brief, each method against the budget
+with the bars of its parts, what to change where it does not fit, then advice and the
+check of each mlx.launch node."""
 
 from __future__ import annotations
 
-import json
-from contextlib import contextmanager
-
 from rich import box
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from ..estimate.plan import FitsTable, Plan, verdict
+from ..estimate.plan import Plan
 from ..estimate.rule import METHOD_LABELS
-from ..machine import Machine
 from ..units import format_count, format_gb, format_gb_range, format_size
+from .memory import machine_fields, print_warnings
+from .text import VERDICT_STYLE, console, print_fields, print_hanging, tokens
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
-
-VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
-VERDICT_MARK = {"fits": "✓", "tight": "!", "does not fit": "✗"}
 SOURCE_LABEL = {
     "local": "local folder",
     "catalog": "built-in catalog",
@@ -28,47 +21,6 @@ SOURCE_LABEL = {
     "size": "bare size (no architecture)",
 }
 BAR_WIDTH = 12
-
-
-def print_hanging(text, indent: int = 9, out: Console | None = None) -> None:
-    """Print text wrapped to the terminal (80 columns piped), later lines indented."""
-    out = out or console
-    if isinstance(text, str):
-        text = Text.from_markup(text)
-    width = max(out.width, 40)
-    lines = text.wrap(out, width)
-    if len(lines) <= 1:
-        out.print(text, soft_wrap=True)
-        return
-    at = len(lines[0].plain)
-    while at < len(text.plain) and text.plain[at] == " ":
-        at += 1
-    first = lines[0]
-    first.rstrip()
-    out.print(first, soft_wrap=True)
-    for line in text[at:].wrap(out, width - indent):
-        line.rstrip()
-        out.print(Text(" " * indent) + line, soft_wrap=True)
-
-
-def print_fields(label: str, fields: list, sep: str = " · ", indent: int = 9, out: Console | None = None) -> None:
-    """`label` then fields joined by `sep`, broken between fields (never inside one)
-    to fit the terminal, continuation lines indented under the first field."""
-    out = out or console
-    width = max(out.width, 40)
-    line = Text()
-    line.append(label, style="bold")
-    line.append(" " * max(indent - len(label), 1 if label else 0))
-    for i, field in enumerate(fields):
-        piece = Text.from_markup(field) if isinstance(field, str) else field
-        last = i == len(fields) - 1
-        if i and len(line.plain) + len(sep) + len(piece.plain) + (0 if last else len(sep.rstrip())) > width:
-            line.append(sep.rstrip())
-            out.print(line, soft_wrap=True)
-            line = Text(" " * indent) + piece
-        else:
-            line = (line + Text(sep) + piece) if i else (line + piece)
-    out.print(line, soft_wrap=True)
 
 
 def run_label(training) -> str:
@@ -86,10 +38,6 @@ def method_label(method: str, training) -> str:
     return METHOD_LABELS[method]
 
 
-def print_json(data: dict) -> None:
-    console.file.write(json.dumps(data, indent=2) + "\n")
-
-
 def bar(need: int, usable: int, width: int = BAR_WIDTH) -> Text:
     """A bar where `width` cells are the budget; past it the overflow shows in red."""
     filled = round(width * need / usable) if usable else width
@@ -104,47 +52,6 @@ def bar(need: int, usable: int, width: int = BAR_WIDTH) -> Text:
         text.append("│")
         text.append(f"▶{need / usable:.1f}×", style="bold red")
     return text
-
-
-def machine_fields(machine: Machine) -> list[str]:
-    kind = "unified memory" if machine.unified else "GPU memory (system RAM does not count)"
-    where = "hypothetical" if machine.hypothetical else machine.backend
-    fields = [
-        f"{format_gb(machine.total_bytes)} {kind} ({where})",
-        f"reserve {format_gb(machine.reserve_bytes)}",
-        f"budget {format_gb(machine.usable_bytes)}",
-    ]
-    if not machine.hypothetical:
-        fields.append(f"in use now {format_gb(machine.used_bytes)}")
-    return fields
-
-
-def machine_line(machine: Machine) -> str:
-    return " · ".join(machine_fields(machine))
-
-
-def print_warnings(machine: Machine) -> None:
-    for warning in machine.warnings:
-        print_hanging(f"[yellow]warning:[/] {warning}", indent=2)
-
-
-def render_memory(machine: Machine) -> None:
-    table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column(justify="right")
-    table.add_row("backend", machine.backend + (f" ({machine.device_name})" if machine.device_name else ""))
-    table.add_row("memory", "unified (shared by CPU and GPU)" if machine.unified else "dedicated GPU memory")
-    table.add_row("total", format_gb(machine.total_bytes))
-    if not machine.hypothetical:
-        table.add_row("in use now", format_gb(machine.used_bytes))
-        table.add_row("available now", format_gb(machine.available_bytes))
-    table.add_row("reserve (OS and apps)", format_gb(machine.reserve_bytes))
-    table.add_row("usable budget", Text(format_gb(machine.usable_bytes), style="bold"))
-    if machine.recommended_working_set_bytes:
-        table.add_row("Metal recommended working set", format_gb(machine.recommended_working_set_bytes))
-    console.print(table)
-    print_warnings(machine)
-    console.print("[dim]GB = 10^9 bytes[/]")
 
 
 # One colour and one glyph per part: the glyphs keep the bars readable without colour
@@ -226,10 +133,6 @@ KIND_WORDS = {
     "linear": "linear-attention or convolution",
     "ssm": "state-space",
 }
-
-
-def tokens(n: int) -> str:
-    return f"{n:,} token{'s' if n != 1 else ''}"
 
 
 def run_fields(plan: Plan) -> list[str]:
@@ -442,168 +345,6 @@ def render_option(option) -> None:
     print_hanging(f"      → {format_gb(option.new_bytes)}, [{style}]{option.verdict}[/] · {kind}: [dim]{costs}[/]", indent=8)
 
 
-def render_fits(table_data: FitsTable) -> None:
-    print_fields("Machine", machine_fields(table_data.machine))
-    print_warnings(table_data.machine)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="By the rule of thumb", title_justify="left")
-    table.add_column("model size", justify="right")
-    for method in ("lora", "qlora", "full"):
-        table.add_column(METHOD_LABELS[method], justify="right")
-    for size, estimates in table_data.rows:
-        cells = [
-            Text.assemble(f"{format_gb(e.rule_bytes, 0)} ", (e.verdict, VERDICT_STYLE[e.verdict]))
-            for e in estimates
-        ]
-        table.add_row(f"{size:g}B", *cells)
-    console.print(table)
-    print_hanging("[dim]The rule of thumb: per billion parameters LoRA 2 GB + 3, QLoRA 0.7 GB + 3, full 12 GB + 4; "
-                  "it assumes moderate lengths and small batches.[/]", indent=0)
-    if not table_data.references:
-        return
-    usable = table_data.machine.usable_bytes
-    first = table_data.references[0][1]
-    detail = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="A real model of each size, by the detailed estimate",
-                   title_justify="left")
-    detail.add_column("size", justify="right")
-    detail.add_column("catalog model")
-    for method in ("lora", "qlora", "full"):
-        detail.add_column(METHOD_LABELS[method], justify="right")
-    for size, ref in table_data.references:
-        cells = []
-        for method in ("lora", "qlora", "full"):
-            need = ref.estimates[method]
-            v = verdict(need, usable)
-            cells.append(Text(f"{format_gb(need, 0)} {VERDICT_MARK[v]}", style=VERDICT_STYLE[v]))
-        detail.add_row(f"{size:g}B", ref.model.id.split("/")[-1], *cells)
-    console.print(detail)
-    t = first.training
-    print_hanging(
-        f"[dim]At batch {t.batch_size} × {tokens(t.max_seq_length)}, the last {t.num_layers} layers, rank {t.rank} "
-        f"({settings_words(t)}), {first.backend} backend; ✓ fits, "
-        "! tight, ✗ does not fit. Attention scores and logits grow with batch × length, which the rule leaves out: "
-        "probe a model with your own --batch-size, --max-seq-length or --data for a plan.[/]",
-        indent=0,
-    )
-    console.print("[dim]GB = 10^9 bytes.[/]")
-
-
-def render_models(rows: list[dict]) -> None:
-    """By family: id, size and architecture (active parameters of MoE models);
-    the architecture goes on its own line where the terminal is too narrow."""
-    id_width = max(len(r["id"]) for r in rows) + 2
-    last = None
-    console.print(f"[bold]{'family / id':<{id_width}}  {'size':>7}  architecture[/]")
-    for r in rows:
-        if r["family"] != last:
-            console.print(Text(r["family"], style="bold"))
-            last = r["family"]
-        arch = f"{r['model_type']}, {r['architecture']}"
-        if r["active_params"] < r["params"]:
-            arch += f", {format_count(r['active_params'])} active"
-        line = f"  {r['id']:<{id_width - 2}}  {format_count(r['params']):>7}"
-        if len(line) + 2 + len(arch) <= console.width:
-            console.print(Text(f"{line}  {arch}"))
-        else:
-            console.print(Text(line))
-            console.print(Text(f"      {arch}", style="dim"))
-    console.print("[dim]mlx-community/<name>-4bit (-8bit, -bf16) names resolve to the same architecture with that storage.[/]")
-
-
-@contextmanager
-def measure_progress(quiet: bool = False):
-    """A spinner on stderr with the stage, the step and the time taken."""
-    if quiet:
-        yield lambda event: None
-        return
-    progress = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=False,
-    )
-    with progress:
-        task = progress.add_task("starting the measuring process", total=None)
-
-        def on_event(event: dict) -> None:
-            kind = event["event"]
-            if kind == "stage":
-                progress.update(task, description=event["stage"])
-            elif kind == "slice":
-                frozen = event["blocks"] - event["trained"]
-                progress.console.print(f"  slice {event['index']} of {event['of']}: {event['trained']} trained block"
-                                       f"{'s' if event['trained'] != 1 else ''}" + (f" + {frozen} frozen" if frozen else ""))
-            elif kind == "built":
-                progress.console.print(f"  model ready in {event['seconds']:.1f} s, {format_size(event['peak_bytes'])} held")
-            elif kind == "step":
-                progress.console.print(
-                    f"  step {event['step']}: peak {format_size(event['peak_bytes'])} in {event['seconds']:.2f} s"
-                )
-                progress.update(task, description=f"training steps (step {event['step'] + 1})")
-            elif kind in ("done", "error"):
-                progress.update(task, description="done" if kind == "done" else "failed")
-
-        yield on_event
-
-
-def render_comparison(comparison) -> None:
-    m = comparison.measurement
-    data = comparison.to_dict()
-    judged = data["measured_verdict"]
-    if m.method == "slice":
-        print_hanging(f"[bold]Measured[/] by slice on the {m.backend} backend: {m.slice['how']}, "
-                      f"{m.seconds:.1f} s in all; the whole run's figures are extrapolated from the slices' peaks "
-                      f"({', '.join(format_size(p) for p in m.slice['peaks_bytes'])})")
-    else:
-        console.print(f"[bold]Measured[/] on the {m.backend} backend, {m.steps} steps in {m.seconds:.1f} s (model built in {m.build_seconds:.1f} s)")
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("figure")
-    table.add_column("bytes", justify="right")
-    table.add_column("what it is")
-    if m.method == "slice":
-        table.add_row("peak (steps)", format_size(m.peak_bytes), "extrapolated from the slices' mx.get_peak_memory()")
-        table.add_row("peak with load", format_size(m.peak_with_load_bytes), "extrapolated: what mlx-lm's trainer would report")
-        table.add_row("slices' own peak", format_size(m.slice["peak_bytes"]), "the largest slice's MLX peak: what measuring took")
-        table.add_row("allocator cache", format_size(m.cache_bytes), "the slices' largest mx.get_cache_memory()")
-        table.add_row("process peak", format_size(m.process_peak_bytes), "resident high-water mark of the slices' process")
-    else:
-        table.add_row("peak (steps)", format_size(m.peak_bytes), "mx.get_peak_memory(), reset after the model was built")
-        table.add_row("peak with load", format_size(m.peak_with_load_bytes), "the figure mlx-lm's trainer reports")
-        table.add_row("allocator cache", format_size(m.cache_bytes), "mx.get_cache_memory(): freed buffers MLX keeps")
-        table.add_row("process peak", format_size(m.process_peak_bytes), "resident high-water mark of the process")
-    table.add_row("predicted", format_size(comparison.predicted_bytes), f"error {comparison.error_pct:+.1f}% against peak with load")
-    console.print(table)
-    style = VERDICT_STYLE[judged["verdict"]]
-    console.print(
-        f"Measured verdict: [{style}]{judged['verdict']}[/] — {format_size(judged['bytes'])} occupied "
-        f"against a {format_gb(comparison.usable_bytes)} budget"
-    )
-    if comparison.cache_breaks_budget:
-        console.print(
-            "[yellow]The allocator cache is what breaks the budget:[/] cap it with "
-            "mx.set_cache_limit(...) or mlx_lm.lora's --clear-cache-threshold."
-        )
-
-
-def render_calibration(directory, entries: list[dict]) -> None:
-    console.print(f"[bold]Stored measurements[/] in {directory}: {len(entries)}")
-    if not entries:
-        console.print("[dim]Run `mlxfit probe --measure` to add one; estimates on this machine then use them.[/]")
-        return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("model", "backend", "run", "predicted", "measured", "mlx / mlx-lm"):
-        table.add_column(name)
-    for e in entries:
-        t = e["training"]
-        run = f"{t['fine_tune_type']}{' (q)' if t.get('quantize') else ''} b{t['batch_size']}×{t['max_seq_length']}"
-        table.add_row(
-            e["model"], e["backend"], run,
-            format_size(e["predicted_peak_bytes"]), format_size(e["measured"]["peak_with_load_bytes"]),
-            f"{e['versions'].get('mlx')} / {e['versions'].get('mlx-lm')}",
-        )
-    console.print(table)
-
-
 def render_hosts(checks: list[dict]) -> None:
     print_hanging(f"[bold]Per node[/] ({len(checks)} hosts under mlx.launch, each with the whole model and its "
                   "share of the batch)", indent=2)
@@ -616,53 +357,6 @@ def render_hosts(checks: list[dict]) -> None:
             format_gb(c["predicted_peak_bytes"]), Text(c["verdict"], style=VERDICT_STYLE[c["verdict"]]),
         )
     console.print(table)
-
-
-@contextmanager
-def data_progress(quiet: bool = False):
-    """A bar over the bytes of the training file while it is tokenized."""
-    if quiet:
-        yield None
-        return
-    progress = Progress(
-        TextColumn("tokenizing"), BarColumn(), DownloadColumn(binary_units=False), TimeElapsedColumn(),
-        console=err_console, transient=True,
-    )
-    with progress:
-        task = progress.add_task("tokenizing", total=None)
-
-        def on_progress(lines: int, done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
-
-        yield on_progress
-
-
-def render_config_notes(resolved) -> None:
-    if resolved.config_file:
-        console.print(f"[bold]Config[/]   {resolved.config_file} (flags override it, as in mlx_lm.lora)")
-    for key in resolved.unknown_keys:
-        console.print(f"[yellow]warning:[/] {resolved.config_file}: unknown key {key!r} (mlx_lm.lora does not read it)")
-    for key in resolved.ignored_keys:
-        console.print(f"[yellow]warning:[/] {resolved.config_file}: mlx_lm.lora ignores {key!r} in a config file (its flag default wins)")
-
-
-def render_data(stats) -> None:
-    approx = " (approximate: no tokenizer)" if stats.approximate else ""
-    print_fields("Data", [
-        str(stats.file), stats.format, f"{stats.examples:,} examples",
-        f"tokens p50 {stats.p50} · p90 {stats.p90} · p99 {stats.p99} · max {stats.max}",
-        f"widest batch {stats.worst_batch_tokens}{approx}",
-    ])
-    console.print(f"[dim]         tokenizer: {stats.tokenizer_source}[/]")
-    if stats.skipped_lines:
-        lines = ", ".join(str(n) for n, _ in stats.bad_lines)
-        word = "line" if stats.skipped_lines == 1 else "lines"
-        console.print(f"[yellow]warning:[/] skipped {stats.skipped_lines} malformed {word} (first: {lines})")
-
-
-def render_input_warnings(warnings: list[str]) -> None:
-    for warning in warnings:
-        print_hanging(f"[yellow]warning:[/] {warning}", indent=2)
 
 
 def render_advice(notes: list[str]) -> None:

@@ -1,0 +1,57 @@
+"""What probe was given, said before its plan: the config file's notes, warnings on the
+settings, and the training data's token counts with the bar shown while it is tokenized."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .text import console, err_console, print_fields, print_hanging
+
+
+@contextmanager
+def data_progress(quiet: bool = False):
+    """A bar over the bytes of the training file while it is tokenized."""
+    if quiet:
+        yield None
+        return
+    progress = Progress(
+        TextColumn("tokenizing"), BarColumn(), DownloadColumn(binary_units=False), TimeElapsedColumn(),
+        console=err_console, transient=True,
+    )
+    with progress:
+        task = progress.add_task("tokenizing", total=None)
+
+        def on_progress(lines: int, done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield on_progress
+
+
+def render_config_notes(resolved) -> None:
+    if resolved.config_file:
+        console.print(f"[bold]Config[/]   {resolved.config_file} (flags override it, as in mlx_lm.lora)")
+    for key in resolved.unknown_keys:
+        console.print(f"[yellow]warning:[/] {resolved.config_file}: unknown key {key!r} (mlx_lm.lora does not read it)")
+    for key in resolved.ignored_keys:
+        console.print(f"[yellow]warning:[/] {resolved.config_file}: mlx_lm.lora ignores {key!r} in a config file (its flag default wins)")
+
+
+def render_data(stats) -> None:
+    approx = " (approximate: no tokenizer)" if stats.approximate else ""
+    print_fields("Data", [
+        str(stats.file), stats.format, f"{stats.examples:,} examples",
+        f"tokens p50 {stats.p50} · p90 {stats.p90} · p99 {stats.p99} · max {stats.max}",
+        f"widest batch {stats.worst_batch_tokens}{approx}",
+    ])
+    console.print(f"[dim]         tokenizer: {stats.tokenizer_source}[/]")
+    if stats.skipped_lines:
+        lines = ", ".join(str(n) for n, _ in stats.bad_lines)
+        word = "line" if stats.skipped_lines == 1 else "lines"
+        console.print(f"[yellow]warning:[/] skipped {stats.skipped_lines} malformed {word} (first: {lines})")
+
+
+def render_input_warnings(warnings: list[str]) -> None:
+    for warning in warnings:
+        print_hanging(f"[yellow]warning:[/] {warning}", indent=2)

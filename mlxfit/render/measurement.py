@@ -1,0 +1,89 @@
+"""A measurement in words: the progress of the measuring process on stderr, and the
+measured figures set against the estimate."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from rich import box
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..units import format_gb, format_size
+from .text import VERDICT_STYLE, console, err_console, print_hanging
+
+
+@contextmanager
+def measure_progress(quiet: bool = False):
+    """A spinner on stderr with the stage, the step and the time taken."""
+    if quiet:
+        yield lambda event: None
+        return
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=False,
+    )
+    with progress:
+        task = progress.add_task("starting the measuring process", total=None)
+
+        def on_event(event: dict) -> None:
+            kind = event["event"]
+            if kind == "stage":
+                progress.update(task, description=event["stage"])
+            elif kind == "slice":
+                frozen = event["blocks"] - event["trained"]
+                progress.console.print(f"  slice {event['index']} of {event['of']}: {event['trained']} trained block"
+                                       f"{'s' if event['trained'] != 1 else ''}" + (f" + {frozen} frozen" if frozen else ""))
+            elif kind == "built":
+                progress.console.print(f"  model ready in {event['seconds']:.1f} s, {format_size(event['peak_bytes'])} held")
+            elif kind == "step":
+                progress.console.print(
+                    f"  step {event['step']}: peak {format_size(event['peak_bytes'])} in {event['seconds']:.2f} s"
+                )
+                progress.update(task, description=f"training steps (step {event['step'] + 1})")
+            elif kind in ("done", "error"):
+                progress.update(task, description="done" if kind == "done" else "failed")
+
+        yield on_event
+
+
+def render_comparison(comparison) -> None:
+    m = comparison.measurement
+    data = comparison.to_dict()
+    judged = data["measured_verdict"]
+    if m.method == "slice":
+        print_hanging(f"[bold]Measured[/] by slice on the {m.backend} backend: {m.slice['how']}, "
+                      f"{m.seconds:.1f} s in all; the whole run's figures are extrapolated from the slices' peaks "
+                      f"({', '.join(format_size(p) for p in m.slice['peaks_bytes'])})")
+    else:
+        console.print(f"[bold]Measured[/] on the {m.backend} backend, {m.steps} steps in {m.seconds:.1f} s (model built in {m.build_seconds:.1f} s)")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("figure")
+    table.add_column("bytes", justify="right")
+    table.add_column("what it is")
+    if m.method == "slice":
+        table.add_row("peak (steps)", format_size(m.peak_bytes), "extrapolated from the slices' mx.get_peak_memory()")
+        table.add_row("peak with load", format_size(m.peak_with_load_bytes), "extrapolated: what mlx-lm's trainer would report")
+        table.add_row("slices' own peak", format_size(m.slice["peak_bytes"]), "the largest slice's MLX peak: what measuring took")
+        table.add_row("allocator cache", format_size(m.cache_bytes), "the slices' largest mx.get_cache_memory()")
+        table.add_row("process peak", format_size(m.process_peak_bytes), "resident high-water mark of the slices' process")
+    else:
+        table.add_row("peak (steps)", format_size(m.peak_bytes), "mx.get_peak_memory(), reset after the model was built")
+        table.add_row("peak with load", format_size(m.peak_with_load_bytes), "the figure mlx-lm's trainer reports")
+        table.add_row("allocator cache", format_size(m.cache_bytes), "mx.get_cache_memory(): freed buffers MLX keeps")
+        table.add_row("process peak", format_size(m.process_peak_bytes), "resident high-water mark of the process")
+    table.add_row("predicted", format_size(comparison.predicted_bytes), f"error {comparison.error_pct:+.1f}% against peak with load")
+    console.print(table)
+    style = VERDICT_STYLE[judged["verdict"]]
+    console.print(
+        f"Measured verdict: [{style}]{judged['verdict']}[/] — {format_size(judged['bytes'])} occupied "
+        f"against a {format_gb(comparison.usable_bytes)} budget"
+    )
+    if comparison.cache_breaks_budget:
+        console.print(
+            "[yellow]The allocator cache is what breaks the budget:[/] cap it with "
+            "mx.set_cache_limit(...) or mlx_lm.lora's --clear-cache-threshold."
+        )

@@ -1,0 +1,63 @@
+"""The one shared console (and its twin on stderr) and the helpers that lay words out on it:
+wrapped lines, fields, JSON, the verdicts' colours. Every renderer draws through these."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.text import Text
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
+
+
+def print_hanging(text, indent: int = 9, out: Console | None = None) -> None:
+    """Print text wrapped to the terminal (80 columns piped), later lines indented."""
+    out = out or console
+    if isinstance(text, str):
+        text = Text.from_markup(text)
+    width = max(out.width, 40)
+    lines = text.wrap(out, width)
+    if len(lines) <= 1:
+        out.print(text, soft_wrap=True)
+        return
+    at = len(lines[0].plain)
+    while at < len(text.plain) and text.plain[at] == " ":
+        at += 1
+    first = lines[0]
+    first.rstrip()
+    out.print(first, soft_wrap=True)
+    for line in text[at:].wrap(out, width - indent):
+        line.rstrip()
+        out.print(Text(" " * indent) + line, soft_wrap=True)
+
+
+def print_fields(label: str, fields: list, sep: str = " · ", indent: int = 9, out: Console | None = None) -> None:
+    """`label` then fields joined by `sep`, broken between fields (never inside one)
+    to fit the terminal, continuation lines indented under the first field."""
+    out = out or console
+    width = max(out.width, 40)
+    line = Text()
+    line.append(label, style="bold")
+    line.append(" " * max(indent - len(label), 1 if label else 0))
+    for i, field in enumerate(fields):
+        piece = Text.from_markup(field) if isinstance(field, str) else field
+        last = i == len(fields) - 1
+        if i and len(line.plain) + len(sep) + len(piece.plain) + (0 if last else len(sep.rstrip())) > width:
+            line.append(sep.rstrip())
+            out.print(line, soft_wrap=True)
+            line = Text(" " * indent) + piece
+        else:
+            line = (line + Text(sep) + piece) if i else (line + piece)
+    out.print(line, soft_wrap=True)
+
+
+def print_json(data: dict) -> None:
+    console.file.write(json.dumps(data, indent=2) + "\n")
+
+
+def tokens(n: int) -> str:
+    return f"{n:,} token{'s' if n != 1 else ''}"
