@@ -9,7 +9,7 @@ import click
 
 from ..errors import BadInput, MlxfitError
 from ..model.training import OPTIMIZERS, TrainingConfig
-from .options import CONTEXT_SETTINGS, get_machine, handle_errors, json_option, local_calibration, machine_options
+from .options import CONTEXT_SETTINGS, get_machine, handle_errors, json_option, local_calibration, machine_options, print_json
 
 LIST = "N[,N...]"
 MAX_CHOICES = ("batch_size", "max_seq_length", "batch-size", "max-seq-length")
@@ -75,7 +75,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     from ..measure import bench as lib
     from ..model.resolve import resolve_model
     from ..render import bench as render_bench
-    from ..render.text import console, print_json
+    from ..render.text import console
 
     ctx = click.get_current_context()
     given = {

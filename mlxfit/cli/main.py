@@ -45,13 +45,13 @@ def cli():
 @handle_errors
 def memory(memory, gpu_memory, reserve, json_):
     """Show this machine's memory, the reserve and the budget for training."""
-    from ..render import memory as render, text
-
     machine = get_machine(memory, gpu_memory, reserve)
     if json_:
-        text.print_json({"machine": machine.to_dict()})
+        print_json({"machine": machine.to_dict()})
     else:
-        render.render_memory(machine)
+        from ..render.memory import render_memory
+
+        render_memory(machine)
 
 
 def _default(name):
@@ -270,14 +270,14 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
 def fits(memory, gpu_memory, reserve, json_):
     """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full."""
     from ..estimate.plan import fits_table
-    from ..render import readouts as render, text
-
     machine = get_machine(memory, gpu_memory, reserve)
     table = fits_table(machine, backend=machine.backend)
     if json_:
-        text.print_json(table.to_dict())
+        print_json(table.to_dict())
     else:
-        render.render_fits(table)
+        from ..render.readouts import render_fits
+
+        render_fits(table)
 
 
 @cli.command()
@@ -286,13 +286,13 @@ def fits(memory, gpu_memory, reserve, json_):
 def models(json_):
     """List the built-in catalog (works offline; ids as on the Hugging Face Hub)."""
     from ..model.resolve import catalog_rows
-    from ..render import readouts as render, text
-
     rows = catalog_rows()
     if json_:
-        text.print_json({"models": rows})
+        print_json({"models": rows})
     else:
-        render.render_models(rows)
+        from ..render.readouts import render_models
+
+        render_models(rows)
 
 
 @cli.command()
@@ -307,13 +307,13 @@ def calibration(clear, json_):
     if clear:
         removed = store.clear()
         if json_:
-            text.print_json({"removed": removed})
+            print_json({"removed": removed})
         else:
             text.console.print(f"Removed {removed} stored measurement{'s' if removed != 1 else ''} from {store.measurements_dir()}")
         return
     entries = store.stored()
     if json_:
-        text.print_json({"directory": str(store.measurements_dir()), "measurements": entries})
+        print_json({"directory": str(store.measurements_dir()), "measurements": entries})
     else:
         render.render_calibration(store.measurements_dir(), entries)
 

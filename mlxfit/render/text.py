@@ -1,9 +1,7 @@
 """The one shared console (and its twin on stderr) and the helpers that lay words out on it:
-wrapped lines, fields, JSON, the verdicts' colours. Every renderer draws through these."""
+wrapped lines, fields, the verdicts' colours. Every renderer draws through these."""
 
 from __future__ import annotations
-
-import json
 
 from rich.console import Console
 from rich.text import Text
@@ -53,10 +51,6 @@ def print_fields(label: str, fields: list, sep: str = " · ", indent: int = 9, o
         else:
             line = (line + Text(sep) + piece) if i else (line + piece)
     out.print(line, soft_wrap=True)
-
-
-def print_json(data: dict) -> None:
-    console.file.write(json.dumps(data, indent=2) + "\n")
 
 
 def tokens(n: int) -> str:
