@@ -365,6 +365,11 @@ class InterruptWatch:
             signal.signal(sig, previous)
 
 
+def speed(m) -> float | None:
+    """Tokens per second of a whole measurement; None for a slice, whose speed is not the run's."""
+    return round(m.tokens_per_second, 2) if m.step_seconds else None
+
+
 def measurement_row(model_id: str, planned: Planned, usable: int, m, wall: float) -> Row:
     steady = m.step_seconds[1:] or m.step_seconds
     return Row(
@@ -378,7 +383,7 @@ def measurement_row(model_id: str, planned: Planned, usable: int, m, wall: float
         steps_peak_bytes=m.peak_bytes,
         process_peak_bytes=m.process_peak_bytes,
         cache_bytes=m.cache_bytes,
-        tokens_per_second=round(m.tokens_per_second, 2) if steady else None,
+        tokens_per_second=speed(m),
         seconds_per_step=round(sum(steady) / len(steady), 4) if steady else None,
         steps=m.steps,
         wall_seconds=round(wall, 2),
@@ -634,8 +639,7 @@ def find_max(
             run = SearchRun(candidate, predicted(candidate), False, reason=str(failure))
         else:
             peak = m.peak_with_load_bytes
-            speed = round(m.tokens_per_second, 2) if m.step_seconds else None
-            run = SearchRun(candidate, predicted(candidate), peak <= target, peak, m.process_peak_bytes, speed,
+            run = SearchRun(candidate, predicted(candidate), peak <= target, peak, m.process_peak_bytes, speed(m),
                             measured_by=m.method)
         runs.append(run)
         on_event({"event": "search_run", "run": run})

@@ -100,10 +100,9 @@ def row_line(row: Row, name: str) -> Text:
     text = Text(f"  {name}: ")
     if row.status == MEASURED:
         word = verdict(row.measured_peak_bytes, row.usable_bytes)
-        by = " by slice" if row.measured_by == "slice" else ""
-        rate = f", {row.tokens_per_second:,.0f} tok/s" if row.tokens_per_second is not None else ""
-        text.append(f"predicted {size(row.predicted_bytes)}, measured{by} {size(row.measured_peak_bytes)} ({row.error_pct:+.1f}%), "
-                    f"process {size(row.process_peak_bytes)}{rate} ")
+        text.append(f"predicted {size(row.predicted_bytes)}, measured{by_slice(row.measured_by)} "
+                    f"{size(row.measured_peak_bytes)} ({row.error_pct:+.1f}%), "
+                    f"process {size(row.process_peak_bytes)}{rate_words(row.tokens_per_second)} ")
         text.append(word, style=VERDICT_STYLE[word])
     elif row.status == FAILED:
         text.append("failed", style="bold red")
@@ -189,8 +188,8 @@ def search_progress(setting: str, quiet: bool = False):
             elif kind == "search_run":
                 run = event["run"]
                 line = Text(f"  {SETTING_WORDS[setting]} {run.value}: ")
-                by = " by slice" if run.measured_by == "slice" else ""
-                line.append(f"measured {size(run.measured_peak_bytes)}{by} " if run.measured_peak_bytes else f"{run.reason} ")
+                line.append(f"measured {size(run.measured_peak_bytes)}{by_slice(run.measured_by)} "
+                            if run.measured_peak_bytes else f"{run.reason} ")
                 line.append(run_word(run.fits))
                 progress.console.print(line)
 
@@ -217,6 +216,15 @@ def hypothetical_note(machine) -> str:
     return (f"the runs are measured on this machine, with its own backend and memory, and judged against the "
             f"hypothetical budget of {size(machine.usable_bytes)}: a measured peak is this machine's, not that one's; "
             "a run predicted over what this machine can hold is measured by slice")
+
+
+def by_slice(measured_by: str | None) -> str:
+    return " by slice" if measured_by == "slice" else ""
+
+
+def rate_words(tokens_per_second: float | None) -> str:
+    """", N tok/s", or nothing for a run measured by slice."""
+    return "" if tokens_per_second is None else f", {tokens_per_second:,.0f} tok/s"
 
 
 def rate_cell(value: float | None, spec: str) -> str:
@@ -295,9 +303,8 @@ def render_max(result: MaxResult) -> None:
     if result.measured:
         run = result.answer_run
         if run is not None:
-            by = " by slice" if run.measured_by == "slice" else ""
-            rate = f", {run.tokens_per_second:,.0f} tok/s" if run.tokens_per_second is not None else ""
-            console.print(f"  measured peak{by} {size(run.measured_peak_bytes)} (process {size(run.process_peak_bytes)}{rate})")
+            console.print(f"  measured peak{by_slice(run.measured_by)} {size(run.measured_peak_bytes)} "
+                          f"(process {size(run.process_peak_bytes)}{rate_words(run.tokens_per_second)})")
         console.print(f"  {len(result.runs)} measured run{'s' if len(result.runs) != 1 else ''}; "
                       f"the estimate alone said {result.estimate_value} ({size(result.estimate_bytes)})")
         if not result.settled and not result.unknown:
