@@ -270,6 +270,7 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
 def fits(memory, gpu_memory, reserve, json_):
     """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full."""
     from ..estimate.plan import fits_table
+
     machine = get_machine(memory, gpu_memory, reserve)
     table = fits_table(machine, backend=machine.backend)
     if json_:
@@ -286,6 +287,7 @@ def fits(memory, gpu_memory, reserve, json_):
 def models(json_):
     """List the built-in catalog (works offline; ids as on the Hugging Face Hub)."""
     from ..model.resolve import catalog_rows
+
     rows = catalog_rows()
     if json_:
         print_json({"models": rows})
@@ -302,20 +304,23 @@ def models(json_):
 def calibration(clear, json_):
     """Show (or --clear) the measurements that calibrate estimates on this machine."""
     from ..estimate import calibration as store
-    from ..render import readouts as render, text
 
     if clear:
         removed = store.clear()
         if json_:
             print_json({"removed": removed})
         else:
-            text.console.print(f"Removed {removed} stored measurement{'s' if removed != 1 else ''} from {store.measurements_dir()}")
+            from ..render.text import console
+
+            console.print(f"Removed {removed} stored measurement{'s' if removed != 1 else ''} from {store.measurements_dir()}")
         return
     entries = store.stored()
     if json_:
         print_json({"directory": str(store.measurements_dir()), "measurements": entries})
     else:
-        render.render_calibration(store.measurements_dir(), entries)
+        from ..render.readouts import render_calibration
+
+        render_calibration(store.measurements_dir(), entries)
 
 
 from .bench import bench  # noqa: E402
