@@ -33,7 +33,7 @@ def _rows(name):
 
 def _peak_of(fn, *args):
     """The graph's own peak: mx.eval made to wait for the CPU worker after each task (a
-    memory limit of 0, mlxfit/measure/steps.py evaluate_synchronously), so the outputs that the
+    memory limit of 0, mlxfit/measure/steps.py evaluated_synchronously), so the outputs that the
     main thread allocates ahead of the worker (up to ten tasks of them, more the slower the
     worker: benchmarks/trace_peak.py) do not depend on the machine's load."""
     import mlx.core as mx

@@ -128,7 +128,7 @@ def request_for(
 ) -> dict:
     """What the child needs. `min_steps` (None: mlxfit/measure/steps.py MIN_STEPS) with
     `max_steps` fixes the step count; `synchronous` evaluates without running ahead
-    of the CPU worker (steps.evaluate_synchronously): a deterministic peak for
+    of the CPU worker (steps.evaluated_synchronously): a deterministic peak for
     comparisons, not the figure an mlx-lm run reports."""
     if model.config is None:
         raise MlxfitError(

@@ -5,9 +5,9 @@ trained blocks: the embedding, the final norm, the lm_head and the logits are
 paid once; each trained block adds the same kept activations, adapter or weight
 gradients and optimizer state; each frozen block its weights. So real steps of
 the run's batch and length through the model's real embedding and head and a
-few real-width blocks (one period of its block pattern, then two; and one
-frozen period in front where the run has frozen blocks) give the per-block
-increase, and the whole run's peak follows.
+few real-width blocks (one period of its block pattern, then at least three
+blocks' worth of periods; and at least two frozen blocks in front where the run
+has frozen ones) give the per-block increase, and the whole run's peak follows.
 
 On the CPU backend `mx.eval` runs up to about 100 kernels ahead of the worker
 (mlxfit/measure/steps.py evaluated_synchronously), so an mlx-lm peak also holds the
@@ -16,7 +16,7 @@ more or less, depending on where the peak falls. That part does not grow with
 depth but it is not the same from one slice to the next, and the extrapolation
 multiplies any difference between slices by the depth. So the per-block increase
 is read from slices evaluated synchronously (a deterministic graph), and what
-runs ahead from the deepest slice run as mlx-lm runs it. All slices are measured
+runs ahead from a slice of two periods run as mlx-lm runs it. All slices are measured
 in turn by one child process (mlxfit/measure/child.py), each model's block list cut to
 its last blocks before anything is evaluated.
 """
@@ -73,7 +73,8 @@ class SlicePlan:
 
     @property
     def deeper(self) -> Slice | None:
-        """The slice with one more period of trained blocks, when the run has more."""
+        """The synchronous slice with more trained blocks than the base (at least
+        three blocks' worth of periods), when the run has more."""
         return next((s for s in self.slices[1:] if s.synchronous and not s.frozen), None)
 
     @property
@@ -82,7 +83,8 @@ class SlicePlan:
 
     @property
     def as_run(self) -> Slice:
-        """The slice evaluated as mlx-lm runs (ahead of the worker): the deepest."""
+        """The slice evaluated as mlx-lm runs (ahead of the worker): the anchor of
+        the extrapolation."""
         return next(s for s in self.slices if not s.synchronous)
 
     def extrapolate(self, peaks: list[int]) -> int:
@@ -127,9 +129,9 @@ def period(blocks: tuple[Block, ...]) -> int:
 
 def plan_slices(arch: Architecture, training: TrainingConfig) -> SlicePlan:
     """One period of the trained blocks and at least three blocks' worth of whole
-    periods, synchronously; two periods as mlx-lm runs them; one frozen period in
-    front of the first where the run has frozen blocks. A run with fewer than two
-    periods of trained blocks has them measured whole."""
+    periods, synchronously; two periods as mlx-lm runs them; at least two frozen
+    blocks (whole periods) in front of the first where the run has frozen blocks. A
+    run with fewer than two periods of trained blocks has them measured whole."""
     total = arch.num_layers
     n = training.layers_trained(total)
     p = period(arch.blocks[total - n:])
