@@ -1,0 +1,142 @@
+"""The README and docs/ say what the program does: every mlxfit command they show
+parses against the real click commands (commands, flags and values that exist),
+every relative link leads to a file of the repository, and the README stays a
+short page. Every command's --help carries an example, which parses too."""
+
+import re
+import shlex
+from pathlib import Path
+
+import click
+import pytest
+
+from mlxfit.cli.main import cli
+
+ROOT = Path(__file__).parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SHELL = {"bash", "sh", "shell", "console", "zsh"}
+FENCE = re.compile(r"^```(\w*)\s*$")
+
+
+def shown_commands(text: str) -> list[str]:
+    """The shell lines of a page that run mlxfit: every line of a bash/sh/console
+    block, the `$ ` lines of any other fenced block (an output shown with the
+    command that made it), and inline code that begins with `mlxfit `."""
+    lines, block, joined = [], None, ""
+    for line in text.splitlines():
+        fence = FENCE.match(line.strip())
+        if fence:
+            block = None if block is not None else fence.group(1)
+            continue
+        if block is None:
+            lines += [span for span in re.findall(r"`([^`]+)`", line) if span.startswith("mlxfit ")]
+            continue
+        if block not in SHELL:
+            if not line.startswith("$ "):
+                continue
+        line = line.removeprefix("$ ")
+        if line.endswith("\\"):
+            joined += line[:-1] + " "
+            continue
+        lines.append(joined + line)
+        joined = ""
+    return [line for line in lines if "mlxfit" in line]
+
+
+def invocations(line: str) -> list[list[str]]:
+    """Each mlxfit call on a shell line, as its arguments (up to the next
+    `&&`, `|`, `;` or redirection)."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    tokens = list(lexer)
+    calls = []
+    for i, token in enumerate(tokens):
+        if Path(token).name == "mlxfit" and (i == 0 or not tokens[i - 1].startswith("-")):
+            args = []
+            for arg in tokens[i + 1:]:
+                if arg and set(arg) <= set("&|;<>"):
+                    break
+                args.append(arg)
+            calls.append(args)
+    return calls
+
+
+def check_parses(args: list[str]) -> None:
+    """Parse the arguments as mlxfit would, down to the subcommand, without
+    running it: an unknown command, flag or choice, or a bad size, fails."""
+    name, *rest = args
+    if name in ("--version", "--help", "-h"):
+        return
+    group_ctx = click.Context(cli, info_name="mlxfit")
+    command = cli.get_command(group_ctx, name)
+    assert command is not None, f"mlxfit {name}: no such command"
+    if "--help" in rest or "-h" in rest:
+        return
+    command.make_context(name, rest, parent=group_ctx)
+
+
+def all_shown():
+    found = []
+    for page in PAGES:
+        for line in shown_commands(page.read_text()):
+            for args in invocations(line):
+                found.append(pytest.param(args, id=f"{page.name}: mlxfit {' '.join(args)}"[:120]))
+    return found
+
+
+def test_the_pages_show_mlxfit_commands():
+    assert len(all_shown()) >= 10
+    assert (ROOT / "docs").is_dir()
+
+
+@pytest.mark.parametrize("args", all_shown())
+def test_every_shown_command_parses(args):
+    assert "…" not in " ".join(args), "write the command out in full"
+    if not args:
+        return  # bare `mlxfit` shows the group's help
+    try:
+        check_parses(args)
+    except click.UsageError as e:
+        pytest.fail(f"mlxfit {' '.join(args)}: {e.format_message()}")
+
+
+def test_the_parser_catches_what_does_not_exist():
+    for bad in (["probe", "--no-such-flag"], ["probe", "--method", "qdora"], ["fits", "--memory", "lots"], ["nosuch"]):
+        with pytest.raises((click.UsageError, AssertionError)):
+            check_parses(bad)
+    assert invocations("LD_PRELOAD=x .venv/bin/mlxfit probe -m 7B | cat  # note") == [["probe", "-m", "7B"]]
+
+
+def test_readme_is_a_short_page():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_lead_to_files(page):
+    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = (page.parent / target.split("#")[0]).resolve()
+        assert path.exists(), f"{page.name} links to {target}, which is not in the repository"
+
+
+def test_pages_name_no_path_outside_the_repository():
+    for page in PAGES:
+        assert "../shared" not in page.read_text(), page.name
+
+
+def commands():
+    ctx = click.Context(cli)
+    return [(name, cli.get_command(ctx, name)) for name in cli.list_commands(ctx)]
+
+
+@pytest.mark.parametrize("name, command", commands(), ids=[n for n, _ in commands()])
+def test_every_command_help_has_an_example_that_parses(name, command):
+    help_text = command.get_help(click.Context(command, info_name=name, parent=click.Context(cli, info_name="mlxfit")))
+    assert "Example" in help_text, f"mlxfit {name} --help shows no example"
+    examples = [line.strip() for line in help_text.splitlines() if line.strip().startswith(f"mlxfit {name}")]
+    assert examples, f"mlxfit {name} --help shows no example of itself"
+    for line in examples:
+        for args in invocations(line):
+            check_parses(args)
