@@ -1,6 +1,6 @@
 """The Metal and CUDA terms, the public Mac runs they were checked on, ranges and verdicts.
 
-The mechanisms behind the Metal terms (../shared/METAL.md) are pinned here where the CPU
+The mechanisms behind the Metal terms (docs/estimate.md) are pinned here where the CPU
 backend can show them: the unfused attention keeps one probability tensor per block,
 checkpointing drops it, the unfused cross-entropy holds 2 x the logits beyond them. The
 runs themselves are other people's Macs: benchmarks/mac_evidence.py fits and reports them.
