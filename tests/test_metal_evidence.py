@@ -85,7 +85,7 @@ def test_unfused_attention_keeps_one_probability_tensor_per_block(checkpoint):
 
 def test_unfused_cross_entropy_holds_twice_the_logits_on_cpu():
     """The CPU runs nn.losses.cross_entropy unfused (mx.fast.cross_entropy only on the
-    GPU): its backward holds 2 x the logits beyond them, 3 x in all (METAL.md)."""
+    GPU): its backward holds 2 x the logits beyond them, 3 x in all (docs/estimate.md)."""
     import mlx.core as mx
     import mlx.nn as nn
 
