@@ -140,3 +140,25 @@ def test_every_command_help_has_an_example_that_parses(name, command):
     for line in examples:
         for args in invocations(line):
             check_parses(args)
+
+
+def test_the_readme_answer_is_what_probe_prints(tmp_path):
+    """The README's example is the program's own output, piped (plain glyphs, 80
+    columns), on a hypothetical Mac so that this machine does not enter it. When
+    probe's text changes, regenerate the block with the command it shows, piped
+    through `sed 's/ *$//'`."""
+    import os
+    import subprocess
+    import sys
+
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```text\n\$ (mlxfit probe [^\n]*)\n(.*?)```", text, re.S)
+    assert block, "the README shows one probe answer"
+    command, shown = block.group(1), block.group(2)
+    assert "--memory" in command  # hypothetical: the same answer on every machine
+    env = {**os.environ, "MLXFIT_CACHE_DIR": str(tmp_path), "COLUMNS": "80", "HF_HUB_OFFLINE": "1"}
+    env.pop("NO_COLOR", None)
+    printed = subprocess.run([sys.executable, "-m", "mlxfit", *shlex.split(command)[1:]], env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert printed.returncode == 0, printed.stderr
+    assert [line.rstrip() for line in printed.stdout.splitlines()] == shown.splitlines()
