@@ -162,6 +162,19 @@ def test_models_spells_families_as_their_makers_do():
     assert all(f[0].isupper() or f == "gpt-oss" for f in families), sorted(families)
 
 
+def test_any_id_of_a_family_gets_its_makers_spelling():
+    """family() is what `models` shows for every catalog id, and an mlx-community
+    conversion of a model is of the same family."""
+    from mlxfit.model.resolve import family
+
+    for row in run_json("models")["models"]:
+        assert family(row["id"]) == row["family"], row["id"]
+    assert family("mlx-community/gemma-2-9b-it-4bit") == "Gemma 2"
+    assert family("mlx-community/phi-4-8bit") == "Phi-4"
+    assert family("mlx-community/Qwen2.5-Coder-7B-Instruct-4bit") == "Qwen2.5-Coder"
+    assert family("someone/Llama-3.2-1B-Instruct") == "Llama 3.2"
+
+
 def test_help_and_version():
     assert "Examples" in run("-h").output
     assert "0.1.0" in run("--version").output
