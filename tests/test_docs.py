@@ -162,15 +162,37 @@ def test_the_readme_shows_an_answer():
 @pytest.mark.parametrize("command, shown", shown_answers())
 def test_a_shown_answer_is_what_probe_prints(command, shown, tmp_path):
     """The pages show the program's own output, piped (plain glyphs, 80 columns),
-    uncalibrated. When probe's text changes, regenerate the block with the command
-    it shows: `mlxfit probe ... | sed 's/ *$//'`."""
+    uncalibrated. When probe's text changes, `python tests/test_docs.py` rewrites
+    these blocks with what it prints now."""
+    assert probe_prints(command, tmp_path) == shown
+
+
+def probe_prints(command: str, cache: Path) -> str:
     import os
     import subprocess
     import sys
 
-    env = {**os.environ, "MLXFIT_CACHE_DIR": str(tmp_path), "COLUMNS": "80", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "MLXFIT_CACHE_DIR": str(cache), "COLUMNS": "80", "HF_HUB_OFFLINE": "1"}
     env.pop("NO_COLOR", None)
     printed = subprocess.run([sys.executable, "-m", "mlxfit", *shlex.split(command)[1:]], env=env,
                              capture_output=True, text=True, timeout=300)
     assert printed.returncode == 0, printed.stderr
-    assert [line.rstrip() for line in printed.stdout.splitlines()] == shown.splitlines()
+    return "".join(line.rstrip() + "\n" for line in printed.stdout.splitlines())
+
+
+if __name__ == "__main__":  # rewrite every shown answer with what probe prints now
+    import tempfile
+
+    for page in PAGES:
+        text = page.read_text()
+
+        def fresh(m):
+            command = m.group(1)
+            if "--memory" not in command or "--measure" in command:
+                return m.group(0)
+            return f"```text\n$ {command}\n{probe_prints(command, Path(tempfile.mkdtemp()))}```"
+
+        new = re.sub(r"```text\n\$ (mlxfit probe [^\n]*)\n(.*?)```", fresh, text, flags=re.S)
+        if new != text:
+            page.write_text(new)
+            print("rewrote", page.relative_to(ROOT))
