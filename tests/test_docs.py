@@ -22,14 +22,14 @@ def shown_commands(text: str) -> list[str]:
     """The shell lines of a page that run mlxfit: every line of a bash/sh/console
     block, the `$ ` lines of any other fenced block (an output shown with the
     command that made it), and inline code that begins with `mlxfit `."""
-    lines, block, joined = [], None, ""
+    lines, prose, block, joined = [], [], None, ""
     for line in text.splitlines():
         fence = FENCE.match(line.strip())
         if fence:
             block = None if block is not None else fence.group(1)
             continue
         if block is None:
-            lines += [span for span in re.findall(r"`([^`]+)`", line) if span.startswith("mlxfit ")]
+            prose.append(line)
             continue
         if block not in SHELL:
             if not line.startswith("$ "):
@@ -40,6 +40,8 @@ def shown_commands(text: str) -> list[str]:
             continue
         lines.append(joined + line)
         joined = ""
+    spans = (" ".join(span.split()) for span in re.findall(r"`([^`]+)`", "\n".join(prose)))
+    lines += [span for span in spans if span.startswith("mlxfit ")]
     return [line for line in lines if "mlxfit" in line]
 
 
