@@ -198,3 +198,13 @@ if __name__ == "__main__":  # rewrite every shown answer with what probe prints 
         if new != text:
             page.write_text(new)
             print("rewrote", page.relative_to(ROOT))
+
+
+def test_the_groups_help_examples_parse():
+    help_text = cli.get_help(click.Context(cli, info_name="mlxfit"))
+    examples = help_text.split("Examples:")[1].split("Options:")[0].split("\n")
+    examples = [line.strip() for line in examples if line.strip().startswith("mlxfit ")]
+    assert len(examples) >= 3
+    for line in examples:
+        for args in invocations(line):
+            check_parses(args)
