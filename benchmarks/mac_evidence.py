@@ -38,7 +38,7 @@ DATA = ROOT / "mlxfit" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
 NAMES = [name for name, *_ in TERMS]
 
-# The Metal coefficients are the CPU fit's with the mechanisms of ../shared/METAL.md put in
+# The Metal coefficients are the CPU fit's with the mechanisms of docs/estimate.md put in
 # (PRIOR), times a few multipliers fitted on the Mac runs (GROUPS). With some twenty runs, most
 # of them short sequences, only these few can be told apart; each is pulled towards 1 (or its
 # prior) by REGULARIZE so that a multiplier no run speaks for stays where the mechanism put it.

@@ -3,7 +3,7 @@
 The estimate is for the installed versions (`Runtime.current`); the public Mac
 runs that check it (mlxfit/estimate/evidence.py) were made with older ones, so each is
 reproduced with the runtime of its own versions (`Runtime.of_versions`). Every
-switch is cited from MLX / mlx-lm source (see ../shared/METAL.md):
+switch is cited from MLX / mlx-lm source (see docs/estimate.md):
 
 - fused_cross_entropy: mlx/nn/losses.py cross_entropy calls mx.fast.cross_entropy
   on the GPU backends (Metal, CUDA) from mlx 0.32.3; the CPU, and the GPU before,

@@ -151,6 +151,30 @@ def test_models_lists_the_catalog():
     assert "Llama 3.2" in text and "meta-llama/Llama-3.2-1B-Instruct" in text
 
 
+def test_models_spells_families_as_their_makers_do():
+    """Family names as the makers write them, not as the hub id's words fall
+    (gemma-2-2b-it is Google's Gemma 2, phi-4 Microsoft's Phi-4)."""
+    families = {m["family"] for m in run_json("models")["models"]}
+    assert {"Gemma 2", "Gemma 3", "Phi-3-mini", "Phi-4", "Phi-4-mini", "gpt-oss", "Granite 3.1",
+            "Qwen2.5-Coder", "Mistral NeMo", "Llama 3.2", "Qwen3.5"} <= families
+    assert not families & {"gemma 2", "phi 4", "gpt oss", "granite 3.1", "Qwen2.5 Coder"}
+    # a family name begins as its maker begins it: capitalised, or gpt-oss as OpenAI writes it
+    assert all(f[0].isupper() or f == "gpt-oss" for f in families), sorted(families)
+
+
+def test_any_id_of_a_family_gets_its_makers_spelling():
+    """family() is what `models` shows for every catalog id, and an mlx-community
+    conversion of a model is of the same family."""
+    from mlxfit.model.resolve import family
+
+    for row in run_json("models")["models"]:
+        assert family(row["id"]) == row["family"], row["id"]
+    assert family("mlx-community/gemma-2-9b-it-4bit") == "Gemma 2"
+    assert family("mlx-community/phi-4-8bit") == "Phi-4"
+    assert family("mlx-community/Qwen2.5-Coder-7B-Instruct-4bit") == "Qwen2.5-Coder"
+    assert family("someone/Llama-3.2-1B-Instruct") == "Llama 3.2"
+
+
 def test_help_and_version():
     assert "Examples" in run("-h").output
     assert "0.1.0" in run("--version").output

@@ -37,7 +37,7 @@ def test_cuda_fused_attention_drops_the_scores():
     unfused = estimate(model, TrainingConfig(max_seq_length=1025), "metal").parts["attention scores"]
     assert fused < unfused / 100
     # Off a multiple of 128 the backward recomputes one block's probabilities at a time
-    # (../shared/METAL.md): none kept across blocks, one block's recomputed.
+    # (docs/estimate.md): none kept across blocks, one block's recomputed.
     odd = estimate(model, TrainingConfig(max_seq_length=1057), "cuda").features
     one_block = 4 * 32 * 1056 * 1056 * 2
     assert odd["scores_bytes"] == 0 and odd["scores_recompute_bytes"] == odd["scores_once_bytes"] == one_block

@@ -1,6 +1,6 @@
 """The Metal and CUDA terms, the public Mac runs they were checked on, ranges and verdicts.
 
-The mechanisms behind the Metal terms (../shared/METAL.md) are pinned here where the CPU
+The mechanisms behind the Metal terms (docs/estimate.md) are pinned here where the CPU
 backend can show them: the unfused attention keeps one probability tensor per block,
 checkpointing drops it, the unfused cross-entropy holds 2 x the logits beyond them. The
 runs themselves are other people's Macs: benchmarks/mac_evidence.py fits and reports them.
@@ -85,7 +85,7 @@ def test_unfused_attention_keeps_one_probability_tensor_per_block(checkpoint):
 
 def test_unfused_cross_entropy_holds_twice_the_logits_on_cpu():
     """The CPU runs nn.losses.cross_entropy unfused (mx.fast.cross_entropy only on the
-    GPU): its backward holds 2 x the logits beyond them, 3 x in all (METAL.md)."""
+    GPU): its backward holds 2 x the logits beyond them, 3 x in all (docs/estimate.md)."""
     import mlx.core as mx
     import mlx.nn as nn
 

@@ -44,7 +44,12 @@ def cli():
 @json_option
 @handle_errors
 def memory(memory, gpu_memory, reserve, json_):
-    """Show this machine's memory, the reserve and the budget for training."""
+    """Show this machine's memory, the reserve and the budget for training.
+
+    \b
+    Example:
+      mlxfit memory --reserve 8GB                   # keep 8 GB back instead of a quarter
+    """
     machine = get_machine(memory, gpu_memory, reserve)
     if json_:
         print_json({"machine": machine.to_dict()})
@@ -102,6 +107,10 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     --measure, mlxfit then trains the run a few steps with mlx-lm (random
     weights in the model's dtype when only a config is at hand) and reports the
     measured peak beside the prediction.
+
+    \b
+    Example:
+      mlxfit probe Qwen/Qwen2.5-7B-Instruct --memory 16GB --batch-size 2
     """
     from pathlib import Path
 
@@ -268,7 +277,12 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
 @json_option
 @handle_errors
 def fits(memory, gpu_memory, reserve, json_):
-    """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full."""
+    """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full.
+
+    \b
+    Example:
+      mlxfit fits --memory 36GiB                    # a Mac sold as 36GB
+    """
     from ..estimate.plan import fits_table
 
     machine = get_machine(memory, gpu_memory, reserve)
@@ -285,7 +299,12 @@ def fits(memory, gpu_memory, reserve, json_):
 @json_option
 @handle_errors
 def models(json_):
-    """List the built-in catalog (works offline; ids as on the Hugging Face Hub)."""
+    """List the built-in catalog (works offline; ids as on the Hugging Face Hub).
+
+    \b
+    Example:
+      mlxfit models --json                          # ids, families, sizes as JSON
+    """
     from ..model.resolve import catalog_rows
 
     rows = catalog_rows()
@@ -302,7 +321,12 @@ def models(json_):
 @json_option
 @handle_errors
 def calibration(clear, json_):
-    """Show (or --clear) the measurements that calibrate estimates on this machine."""
+    """Show (or --clear) the measurements that calibrate estimates on this machine.
+
+    \b
+    Example:
+      mlxfit calibration --clear                    # forget this machine's measurements
+    """
     from ..estimate import calibration as store
 
     if clear:

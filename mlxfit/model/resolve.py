@@ -75,16 +75,32 @@ def catalog() -> dict[str, tuple[str, dict]]:
 
 
 _SIZE_TOKEN = re.compile(r"^(\d+(\.\d+)?[bBmM]|\d+x\d+[bB]|[aAeE]\d+[bB]|\d+k)$")
+_STORAGE_TOKEN = re.compile(r"^(\d+bit|bf16|fp16|mlx)$", re.IGNORECASE)  # an mlx-community conversion's suffix
+_SUFFIXES = ("instruct", "it", "base", "chat")
 
 
 def family(model_id: str) -> str:
-    """The name before the size: Llama-3.2-1B-Instruct -> Llama 3.2."""
+    """The family's name as its maker writes it: the words before the size
+    (Llama-3.2-1B-Instruct -> Llama 3.2), spelled as the catalog spells that
+    family where the words do not (gemma-2-2b-it -> Gemma 2, and so any id of it,
+    mlx-community/gemma-2-9b-it-4bit too)."""
+    words = _words_before_size(model_id)
+    return _family_spellings().get(words.lower(), words)
+
+
+def _words_before_size(model_id: str) -> str:
     words = []
     for word in model_id.split("/")[-1].split("-"):
-        if _SIZE_TOKEN.match(word) or word.lower() in ("instruct", "it", "base", "chat"):
+        if _SIZE_TOKEN.match(word) or _STORAGE_TOKEN.match(word) or word.lower() in _SUFFIXES:
             break
         words.append(word)
     return " ".join(words) or model_id
+
+
+@lru_cache(maxsize=1)
+def _family_spellings() -> dict[str, str]:
+    """Lower-cased id words -> the catalog's `family`, for the entries that name one."""
+    return {_words_before_size(e["id"]).lower(): e["family"] for e in catalog_entries() if "family" in e}
 
 
 def catalog_rows() -> list[dict]:
@@ -95,7 +111,7 @@ def catalog_rows() -> list[dict]:
         arch = info.architecture
         rows.append({
             "id": entry["id"],
-            "family": entry.get("family") or family(entry["id"]),
+            "family": family(entry["id"]),
             "model_type": info.model_type,
             "params": info.params,
             "active_params": arch.active_params if arch else info.params,
