@@ -91,6 +91,20 @@ UNDER = 3.0  # an underestimate weighs this many times an overestimate
 CUDA_MARGIN = 0.10  # CUDA's range: Metal's, each end widened by this share, until CUDA runs exist
 
 
+EVIDENCE = ROOT / "benchmarks" / "evidence"
+
+
+def evidence_runs(extra=()) -> tuple[list, dict]:
+    """The public runs (mlxfit/estimate/evidence.py RUNS), the contributed files committed as
+    benchmarks/evidence/user_*.csv, and `extra` such files: (runs, {file and row: why skipped})."""
+    runs, skipped = list(ev.RUNS), {}
+    for path in [*sorted(EVIDENCE.glob("user_*.csv")), *map(Path, extra)]:
+        found, why = ev.user_runs(path)
+        runs += found
+        skipped.update({f"{path.name} row {i}": text for i, text in why.items()})
+    return runs, skipped
+
+
 def base_coefficients() -> dict:
     c = dict(coefficients()["cpu"])
     for name in GROUPS["activations"]:
@@ -278,10 +292,14 @@ def main(argv=None) -> int:
     parser.add_argument("--mlx-train-perf", metavar="PYTHON",
                         help="a Python with mlx-train-perf installed (a throwaway venv: pip install --no-deps "
                              "mlx-train-perf); its `plan` is then shown beside mlxfit on the LoRA / QLoRA runs")
+    parser.add_argument("--user", metavar="FILE", nargs="+", default=[],
+                        help="evidence rows written by `mlxfit calibration --export FILE` (a user's own --measure "
+                             "runs): reproduced, fitted and reported beside the public runs")
     args = parser.parse_args(argv)
 
-    metal = [Case(r) for r in ev.RUNS if r.backend == "metal"]
-    cuda = [Case(r) for r in ev.RUNS if r.backend == "cuda"]
+    runs, user_skipped = evidence_runs(args.user)
+    metal = [Case(r) for r in runs if r.backend == "metal"]
+    cuda = [Case(r) for r in runs if r.backend == "cuda"]
     sources = sorted({case.run.source for case in metal})
     base = base_coefficients()
     cpu_lo, cpu_hi, cpu_n = cpu_range()
@@ -324,7 +342,8 @@ def main(argv=None) -> int:
         uncertainty.ranges.cache_clear()
 
     mtp = mlx_train_perf_plans(metal, args.mlx_train_perf) if args.mlx_train_perf else {}
-    report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, (metal_lo, metal_hi), (cpu_lo, cpu_hi), (rule_lo, rule_hi), mtp)
+    report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, (metal_lo, metal_hi), (cpu_lo, cpu_hi), (rule_lo, rule_hi), mtp,
+           user_skipped, write=not args.user)
     return 0
 
 
@@ -392,7 +411,10 @@ def summary_lines(metal, cv_error, inside_cv, cv_range) -> list[str]:
     return lines
 
 
-def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, cpu_rng, rule_rng, mtp=None) -> None:
+def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, cpu_rng, rule_rng, mtp=None,
+           user_skipped=None, write=True) -> None:
+    """Print the report; write benchmarks/results/mac_evidence.md unless user files were added
+    (that file is the public evidence's)."""
     from mlxfit.estimate.detailed import coefficients as shipped
     from mlxfit.estimate.uncertainty import range_factors
 
@@ -474,6 +496,7 @@ def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, c
         "## Runs not reproduced",
         "",
         *(f"- mac_runs.csv row {row}: {why}" for row, why in sorted(ev.SKIPPED.items())),
+        *(f"- {where}: {why}" for where, why in sorted((user_skipped or {}).items())),
         "",
         "## CUDA",
         "",
@@ -488,7 +511,8 @@ def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, c
     lines += ["", "## Runs that ran out of memory", "", "| run | machine | budget | predicted range | verdict |", "|---|---|---|---|---|"]
     lines += oom_rows()
     lines += ["", *(f"- mac_oom_reports.csv row {row}: {why}" for row, why in sorted(ev.OOM_SKIPPED.items()))]
-    (RESULTS / "mac_evidence.md").write_text("\n".join(lines) + "\n")
+    if write:
+        (RESULTS / "mac_evidence.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -271,7 +271,7 @@ def test_shipped_metal_coefficients_are_the_fit_on_the_public_runs():
     from mlxfit.estimate.detailed import coefficients
 
     me = _mac_evidence()
-    cases = [me.Case(r) for r in ev.RUNS if r.backend == "metal"]
+    cases = [me.Case(r) for r in me.evidence_runs()[0] if r.backend == "metal"]
     fitted, _ = me.fit(cases, me.base_coefficients())
     shipped = coefficients()
     for name, value in fitted.items():
@@ -288,7 +288,7 @@ def test_cross_validated_accuracy():
     import statistics
 
     me = _mac_evidence()
-    metal = [me.Case(r) for r in ev.RUNS if r.backend == "metal"]
+    metal = [me.Case(r) for r in me.evidence_runs()[0] if r.backend == "metal"]
     cpu_lo, cpu_hi, _ = me.cpu_range()
     errors, vectors, ranges_ = me.cross_validate(metal, me.base_coefficients(), cpu_lo, cpu_hi)
     assert statistics.median(abs(e) for e in errors.values()) <= 0.10

@@ -228,7 +228,10 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
         from ..estimate.calibration import architecture_key, record
 
         record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict(),
-               architecture=architecture_key(plan.model))
+               architecture=architecture_key(plan.model), length=plan.length or plan.training.max_seq_length,
+               machine=None if plan.machine.hypothetical else {"device_name": plan.machine.device_name,
+                                                               "total_bytes": plan.machine.total_bytes},
+               config=plan.model.config if plan.model.source == "local" else None)
     return Comparison(measurement, predicted, usable)
 
 
@@ -299,12 +302,31 @@ def models(json_):
 
 @cli.command()
 @click.option("--clear", is_flag=True, help="Remove every stored measurement.")
+@click.option("--export", "export_path", type=click.Path(dir_okay=False, writable=True),
+              help="Write the stored measurements to FILE as evidence rows (CSV, no paths of this machine): "
+                   "see docs/accuracy.md to contribute them.")
 @json_option
 @handle_errors
-def calibration(clear, json_):
-    """Show (or --clear) the measurements that calibrate estimates on this machine."""
+def calibration(clear, export_path, json_):
+    """Show (or --clear, or --export) the measurements that calibrate estimates on this machine."""
     from ..estimate import calibration as store
 
+    if export_path:
+        from ..errors import BadInput
+        from ..estimate import export
+
+        machine = get_machine(None, None, None)
+        try:
+            n = export.write(export_path, store.stored(), {"device_name": machine.device_name, "total_bytes": machine.total_bytes})
+        except OSError as e:
+            raise BadInput(f"cannot write {export_path}: {e.strerror or e}") from e
+        if json_:
+            print_json({"exported": n, "file": export_path})
+        else:
+            from ..render.text import console
+
+            console.print(f"Wrote {n} stored measurement{'s' if n != 1 else ''} to {export_path} as evidence rows")
+        return
     if clear:
         removed = store.clear()
         if json_:

@@ -66,7 +66,8 @@ class Run:
     backend: str = "metal"
     compiled: bool = True
     config: dict = field(default_factory=dict)  # overrides of the catalog config (dtype)
-    file: str = "mac_runs.csv"  # the evidence file the row is in (benchmarks/evidence/)
+    file: str = "mac_runs.csv"  # the evidence file the row is in (benchmarks/evidence/), "user" for a contribution
+    model_config: dict | None = None  # a contributed local model's config.json (it has no id to resolve)
 
     @property
     def kind(self) -> str:
@@ -87,6 +88,10 @@ class Run:
         return hi <= 1.1 * lo
 
     def model_info(self) -> ModelInfo:
+        if self.model_config is not None:
+            from ..model.resolve import _from_config
+
+            return _from_config(self.model, "user", self.model_config)
         info = resolve_model(self.model)
         if self.config:
             from ..model.resolve import _from_config
@@ -105,8 +110,11 @@ class Run:
         return TrainingConfig(**t)
 
     def lengths(self) -> tuple[int, int]:
-        """Padded batch widths at the two bounds of the longest example."""
+        """Padded batch widths at the two bounds of the longest example (a contributed
+        measurement's is the width itself: mlxfit measures batches of exactly that width)."""
         t = self.training_config()
+        if self.file == "user":
+            return tuple(min(n, t.max_seq_length) for n in self.longest)
         return tuple(padded_length(n, self.date, t.max_seq_length) for n in self.longest)
 
 
@@ -362,6 +370,40 @@ OOM_SKIPPED = {
     7: "mlx-lm#828: the model and settings are not stated",
     10: "mlx#3993: the machine's memory is not stated; the symptom is the allocator cache, not the peak",
 }
+
+
+def user_runs(path) -> tuple[list[Run], dict[int, str]]:
+    """The runs of a file written by `mlxfit calibration --export` (mlxfit/estimate/export.py),
+    and the rows that cannot be reproduced, with why."""
+    import csv
+    import json
+    from pathlib import Path
+
+    from ..model.training import TrainingConfig
+
+    runs, skipped = [], {}
+    name = Path(path).name
+    fields = {f for f in TrainingConfig.__dataclass_fields__}
+    for i, row in enumerate(csv.DictReader(open(path, newline=""))):
+        if row.get("backend") not in ("metal", "cuda"):
+            skipped[i] = f"measured on the {row.get('backend') or 'unknown'} backend, not a GPU"
+            continue
+        if row.get("slice") == "yes":
+            skipped[i] = "extrapolated from slices of the model, not a whole run's peak"
+            continue
+        config = json.loads(row["config"]) if row.get("config") else None
+        if row["model_id"].startswith("local ") and config is None:
+            skipped[i] = "a local model stored without its config.json (measured before mlxfit kept it)"
+            continue
+        training = {k: v for k, v in json.loads(row["training"]).items() if k in fields}
+        width = int(row["widest_batch"])
+        training["max_seq_length"] = max(training.get("max_seq_length", width), width)
+        runs.append(_run(f"user {name}:{i}", i, f"user {name}", row["model_id"], training, width + 0, float(row["peak_gb"]),
+                         0.0005, row["date"], row.get("mlx_version") or None, row.get("trust") or "high",
+                         f"mlxfit --measure on {row.get('chip') or 'a Mac'} ({row.get('memory_gb') or '?'} GB), "
+                         f"mlx {row.get('mlx_version')}, mlx-lm {row.get('mlx_lm_version')}",
+                         backend=row["backend"], file="user", model_config=config))
+    return runs, skipped
 
 
 def with_length(run: Run, longest: int) -> Run:
