@@ -126,9 +126,9 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     model = resolve_model(resolved.model)
     warnings = check_against_model(training, model)
 
-    stats = None
+    stats = valid_stats = None
     if resolved.data:
-        stats = read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet=json_)
+        stats, valid_stats = read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet=json_)
     if host_list:
         from ..estimate.hosts import smallest
 
@@ -140,6 +140,13 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend, model, training),
                      length=length, data=stats)
     advice = gather_advice(plan, stats, machine, backend)
+    validation = None
+    if valid_stats is not None and plan.selected.detailed:
+        from ..estimate.validation import VAL_BATCHES, validation as validation_moment
+
+        validation = validation_moment(model, training, valid_stats.worst_batch_tokens, valid_stats.examples,
+                                       plan.selected.predicted_bytes, plan.selected.detailed.backend,
+                                       int(resolved.other.get("val_batches", VAL_BATCHES)))
     comparison = None
     if do_measure:
         comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_, by_slice=by_slice)
@@ -155,6 +162,10 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
         out["warnings"] = warnings
         if stats is not None:
             out["data"] = stats.to_dict()
+        if valid_stats is not None:
+            out["valid_data"] = valid_stats.to_dict()
+        if validation is not None:
+            out["validation"] = validation.to_dict()
         if host_checks is not None:
             out["hosts"] = host_checks
         if comparison is not None:
@@ -167,6 +178,8 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
         inputs.render_input_warnings(warnings)
         if stats is not None:
             inputs.render_data(stats)
+        if validation is not None:
+            inputs.render_validation(validation)
         nodes = None
         if host_list:
             nodes = [f"per node: {len(host_list)} hosts in {hostfile}", f"planned for the smallest, {tightest.name}"]
@@ -184,17 +197,15 @@ def read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet):
     from ..render.inputs import data_progress
 
     choice = dataset.load_tokenizer(model, trust_remote_code=trust_remote_code)
+    kw = dict(batch_size=resolved.training.batch_size, max_seq_length=resolved.training.max_seq_length,
+              mask_prompt=resolved.mask_prompt, features=resolved.features, skip_bad_lines=skip_bad_lines)
     with data_progress(quiet=quiet) as on_progress:
-        return dataset.measure(
-            resolved.data,
-            choice,
-            batch_size=resolved.training.batch_size,
-            max_seq_length=resolved.training.max_seq_length,
-            mask_prompt=resolved.mask_prompt,
-            features=resolved.features,
-            skip_bad_lines=skip_bad_lines,
-            on_progress=on_progress,
-        )
+        stats = dataset.measure(resolved.data, choice, on_progress=on_progress, **kw)
+    valid = dataset.valid_file(resolved.data)
+    if valid is None:
+        return stats, None
+    with data_progress(quiet=quiet) as on_progress:
+        return stats, dataset.measure(valid, choice, on_progress=on_progress, **kw)
 
 
 def gather_advice(plan, stats, machine, backend):
