@@ -262,6 +262,7 @@ MISTRAL = "mistralai/Mistral-7B-Instruct-v0.3"  # v0.3 base and instruct share t
 # ./mlx_model is quantized (mlx-lm prints the unquantized parameter count, 7248M, either way); 4 bits, group 64
 # (mlx_lm.convert -q's defaults) read.
 MISTRAL_4BIT = {"quantization": {"bits": 4, "group_size": 64}}
+LLAMA_4BIT = {"quantization": {"bits": 4, "group_size": 64}}
 MISTRAL_HOW = "; the conversion read as 4-bit (Run 02's 8.839 GB is below bfloat16 weights)"
 RUNS_FOUND: tuple[Run, ...] = (
     _run("mistral7b-8-layers-2048", 0, "code-index 7373479517", MISTRAL,
@@ -296,6 +297,27 @@ RUNS_FOUND: tuple[Run, ...] = (
          dict(batch_size=1, num_layers=4), (70, 2048), 1.740, 0.0005, "2025-06-01", "0.26", "low",
          "batch 1, 4 blocks, ~70 tokens per row (short identity pairs); date and keys not stated (q,v read)",
          file=FOUND),
+    *(
+        _run(key, row, "code-index 53568198657", "meta-llama/Llama-3.1-8B-Instruct",
+             dict(quantize=True, batch_size=batch, num_layers=16, rank=rank, grad_checkpoint=ckpt, max_seq_length=cap),
+             longest, peak, 0.05, "2026-02-28", "0.30", trust,
+             "Llama 3.1 8B Instruct in 4 bits (group 64), every linear (2026), a project log's rounded peak; " + how,
+             config=LLAMA_4BIT, file=FOUND)
+        for key, row, batch, rank, ckpt, cap, longest, peak, trust, how in (
+            ("llama3.1-8b-b1-1024-ckpt", 8, 1, 8, True, 1024, (1000, 1024), 6.4, "medium",
+             "~1000 tokens per iteration at batch 1: rows reach the 1024 cap"),
+            ("llama3.1-8b-b1-2048-ckpt-r16", 9, 1, 16, True, 2048, (1025, 2048), 7.8, "low",
+             "the same rows at cap 2048 (~1000 tokens on average, the widest 1025-2048)"),
+            ("llama3.1-8b-b4-2048", 10, 4, 8, False, 2048, (1025, 2048), 62.4, "low",
+             "batch 4, not checkpointed, the peak by iteration 10-20 (it crashed at 20 with a command-buffer error)"),
+            ("llama3.1-8b-b2-2048-ckpt", 11, 2, 8, True, 2048, (1025, 2048), 10.6, "low",
+             "batch 2, checkpointed, the peak by iteration 70 (a command-buffer timeout ended it)"),
+        )
+    ),
+    _run("qwen2.5-1.5b-fp16-b4", 12, "code-index 70546580339", "Qwen/Qwen2.5-1.5B-Instruct",
+         dict(batch_size=4, num_layers=16, rank=16), (32, 2048), 6.7, 0.05, "2026-01-01", "0.30", "low",
+         "converted to float16, batch 4, rank 16, 16 blocks, every linear; row lengths not stated (short replies)",
+         config={"torch_dtype": "float16"}, file=FOUND),
 )
 
 RUNS = RUNS + RUNS_2026 + RUNS_FOUND
