@@ -318,8 +318,10 @@ def main(argv=None) -> int:
         coeffs["metal"] = {k: round(float(v), 4) for k, v in full_c.items()}
         coeffs["cuda"] = dict(coeffs["metal"])
         coeffs["_metal"] = (
-            "metal: the cpu coefficients with METAL.md's mechanisms (benchmarks/mac_evidence.py PRIOR) times "
-            f"multipliers fitted on the public Mac runs ({', '.join(f'{k} {v:.3f}' for k, v in theta.items())}); "
+            "metal: the cpu coefficients with METAL.md's mechanisms (benchmarks/mac_evidence.py PRIOR; counted, not "
+            f"fitted: checkpoint {CHECKPOINT} block input per checkpointed block, adapter outputs {ADAPTER_OUTPUTS}) "
+            "times multipliers that no mechanism sets, fitted on the public Mac runs "
+            f"({', '.join(f'{k} {v:.3f}' for k, v in theta.items())}); "
             "cuda: the metal coefficients, with cuDNN's attention in mlxfit/estimate/detailed.py backend_features."
         )
         (DATA / "coefficients.json").write_text(json.dumps(coeffs, indent=2) + "\n")
@@ -490,8 +492,9 @@ def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, c
          if mtp_errors else "- mlx-train-perf's `plan` was not run (pass --mlx-train-perf PYTHON)."),
         f"- Shipped ranges (measured / predicted): metal {metal_range[0]:.3f}–{metal_range[1]:.3f}, "
         f"cpu {cpu_rng[0]:.3f}–{cpu_rng[1]:.3f} (from the accuracy grid), rule {rule_rng[0]:.2f}–{rule_rng[1]:.2f}.",
-        "- Fitted Metal multipliers on the CPU coefficients with METAL.md's mechanisms: "
-        + ", ".join(f"{k} {v:.3f}" for k, v in theta.items()) + ".",
+        "- Counted, not fitted: one input per checkpointed block (mx.checkpoint), no adapted layer's output kept "
+        "(lora.py's backward needs x and x @ lora_a). Fitted multipliers on the CPU coefficients with METAL.md's "
+        "mechanisms (no mechanism sets them): " + ", ".join(f"{k} {v:.3f}" for k, v in theta.items()) + ".",
         "",
         "| run | set | trust | model | method | batch × width | logged GB | predicted GB (cv) | error (cv) | inside | implied longest | rule GB (error) | mlx-train-perf plan GB (error) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
