@@ -67,9 +67,18 @@ PRIOR = {
 # ones adapted q and v only, so no Mac run tells how they scale with every linear adapted, and
 # lora.py's backward needs only their inputs (counted above).
 ACTIVATIONS_PRIOR = 1.3
+# Counted, not fitted (mlx_lm/tuner/trainer.py grad_checkpoint wraps each block's __call__ in
+# mx.checkpoint, which keeps only the block's inputs for the backward): one B x T x h tensor per
+# checkpointed block. The CPU's 4.0 absorbs its run-ahead allocation; Metal does not run ahead.
+CHECKPOINT = 1.0
+# lora.py's backward needs the layer's input x (counted with the block's activations), x @ lora_a
+# (B x T x rank, float32: under 2% of any adapted output at rank 16) and the weights: the adapted
+# layer's output y and the float32 z are forward temporaries, not kept. Counted as nothing kept; the
+# 2026 runs that adapt every linear of 28 blocks (rayw-lab) say the same.
+ADAPTER_OUTPUTS = 0.0
 GROUPS = {
     "activations": ("act_h", "act_qkv", "act_inter", "act_full_h", "act_full_qkv", "act_full_inter", "qk_norm_full",
-                    "checkpoint", "split", "frozen_fused", "act_once", "act_full_once"),
+                    "split", "frozen_fused", "act_once", "act_full_once"),
     "logits": ("logits", "logits_softcap", "logits_block"),
     "dora": ("dora", "dora_act"),
     "uncompiled": ("uncompiled",),
@@ -82,11 +91,27 @@ UNDER = 3.0  # an underestimate weighs this many times an overestimate
 CUDA_MARGIN = 0.10  # CUDA's range: Metal's, each end widened by this share, until CUDA runs exist
 
 
+EVIDENCE = ROOT / "benchmarks" / "evidence"
+
+
+def evidence_runs(extra=()) -> tuple[list, dict]:
+    """The public runs (mlxfit/estimate/evidence.py RUNS), the contributed files committed as
+    benchmarks/evidence/user_*.csv, and `extra` such files: (runs, {file and row: why skipped})."""
+    runs, skipped = list(ev.RUNS), {}
+    for path in [*sorted(EVIDENCE.glob("user_*.csv")), *map(Path, extra)]:
+        found, why = ev.user_runs(path)
+        runs += found
+        skipped.update({f"{path.name} row {i}": text for i, text in why.items()})
+    return runs, skipped
+
+
 def base_coefficients() -> dict:
     c = dict(coefficients()["cpu"])
     for name in GROUPS["activations"]:
         c[name] *= ACTIVATIONS_PRIOR
     c.update(PRIOR)
+    c["checkpoint"] = CHECKPOINT
+    c["adapter_act"] = ADAPTER_OUTPUTS
     return c
 
 
@@ -197,12 +222,27 @@ def ratio(case: Case, c, fixed) -> float:
     return 1.0 / (1.0 + case.error(c, fixed))
 
 
-def combined_range(ratios: list[float], cpu_lo: float, cpu_hi: float) -> tuple[float, float]:
-    """Metal's range: the estimator's own spread where it is measured (the CPU grid) times the
-    spread of the Mac runs' logged / predicted (5th-95th percentile). Most runs bound their
-    length loosely and so score 1 (no error seen), which says little about the spread: the
-    CPU's factor keeps the model's own error in, the Mac runs' adds what moving to Metal costs."""
-    return cpu_lo * min(1.0, quantile(ratios, 0.05)), cpu_hi * max(1.0, quantile(ratios, 0.95))
+MIN_KIND_RUNS = 6  # a kind with fewer residuals takes the range of every kind
+# The share of residuals a Mac range leaves out at each end. Scored on runs its residuals never
+# saw (their source left out), the 5th-95th percentile holds 42 of the 47 runs, and so does the
+# 2.5th-97.5th (wider by half): the runs outside lie beyond every other source's errors.
+TAIL = 0.05
+
+
+def spread(ratios: list[float], cpu_lo: float, cpu_hi: float) -> tuple[float, float]:
+    """A range from logged / predicted ratios: their TAIL to 1 - TAIL quantiles, asymmetric as the
+    errors are, and never narrower than the estimator's own spread where it is measured (the
+    CPU grid): most Mac runs bound their length loosely and score 1 (no error seen), which
+    says little about the spread."""
+    return min(cpu_lo, quantile(ratios, TAIL)), max(cpu_hi, quantile(ratios, 1 - TAIL))
+
+
+def kind_ranges(ratios: dict, cpu_lo: float, cpu_hi: float) -> tuple[tuple[float, float], dict]:
+    """(range over every run, {kind: range}) from {kind: [logged / predicted, ...]}: a kind
+    with at least MIN_KIND_RUNS residuals gets its own, the others the overall one."""
+    every = [x for xs in ratios.values() for x in xs]
+    overall = spread(every, cpu_lo, cpu_hi)
+    return overall, {k: spread(xs, cpu_lo, cpu_hi) if len(xs) >= MIN_KIND_RUNS else overall for k, xs in ratios.items()}
 
 
 def cpu_range() -> tuple[float, float, int]:
@@ -220,27 +260,34 @@ def rule_range(cases: list[Case]) -> tuple[float, float]:
 
 
 def cross_validate(metal: list[Case], base: dict, cpu_lo: float, cpu_hi: float):
-    """Leave one source out: each source's errors from a fit that never saw it, and its range
-    nested (from residuals on the other sources t, each predicted by a fit that saw neither the
-    source nor t). Returns (error per run key, coefficient vector per source, range per source)."""
+    """Leave one source out: each source's runs predicted by a fit that never saw it. The
+    range each source is scored against comes from the other sources' residuals only (their
+    own cross-validated ratios, per kind of run), so neither the fit nor the range saw it.
+    Returns (error per run key, coefficient vector per source, {source: {kind: range}})."""
     sources = sorted({case.run.source for case in metal})
-    cv_error, cv_c, cv_range = {}, {}, {}
+    cv_error, cv_c = {}, {}
     for s in sources:
         c_s, _ = fit([k for k in metal if k.run.source != s], base)
         cv_c[s] = vector(c_s)
         for case in metal:
             if case.run.source == s:
                 cv_error[case.run.key] = case.error(*cv_c[s])
+    cv_range = {}
     for s in sources:
-        ratios = []
-        for t in sources:
-            if t == s:
-                continue
-            c_st, _ = fit([k for k in metal if k.run.source not in (s, t)], base)
-            vec = vector(c_st)
-            ratios += [ratio(k, *vec) for k in metal if k.run.source == t]
-        cv_range[s] = combined_range(ratios, cpu_lo, cpu_hi)
+        ratios = {}
+        for case in metal:
+            ratios.setdefault(case.run.kind, [])
+            if case.run.source != s:
+                ratios[case.run.kind].append(1.0 / (1.0 + cv_error[case.run.key]))
+        cv_range[s] = kind_ranges(ratios, cpu_lo, cpu_hi)[1]
     return cv_error, cv_c, cv_range
+
+
+def cv_ratios(metal: list[Case], cv_error: dict) -> dict:
+    out = {}
+    for case in metal:
+        out.setdefault(case.run.kind, []).append(1.0 / (1.0 + cv_error[case.run.key]))
+    return out
 
 
 def main(argv=None) -> int:
@@ -249,18 +296,21 @@ def main(argv=None) -> int:
     parser.add_argument("--mlx-train-perf", metavar="PYTHON",
                         help="a Python with mlx-train-perf installed (a throwaway venv: pip install --no-deps "
                              "mlx-train-perf); its `plan` is then shown beside mlxfit on the LoRA / QLoRA runs")
+    parser.add_argument("--user", metavar="FILE", nargs="+", default=[],
+                        help="evidence rows written by `mlxfit calibration --export FILE` (a user's own --measure "
+                             "runs): reproduced, fitted and reported beside the public runs")
     args = parser.parse_args(argv)
 
-    metal = [Case(r) for r in ev.RUNS if r.backend == "metal"]
-    cuda = [Case(r) for r in ev.RUNS if r.backend == "cuda"]
+    runs, user_skipped = evidence_runs(args.user)
+    metal = [Case(r) for r in runs if r.backend == "metal"]
+    cuda = [Case(r) for r in runs if r.backend == "cuda"]
     sources = sorted({case.run.source for case in metal})
     base = base_coefficients()
     cpu_lo, cpu_hi, cpu_n = cpu_range()
 
     cv_error, cv_c, cv_range = cross_validate(metal, base, cpu_lo, cpu_hi)
     full_c, theta = fit(metal, base)
-    all_ratios = [1.0 / (1.0 + e) for e in cv_error.values()]
-    metal_lo, metal_hi = combined_range(all_ratios, cpu_lo, cpu_hi)
+    (metal_lo, metal_hi), metal_kinds = kind_ranges(cv_ratios(metal, cv_error), cpu_lo, cpu_hi)
     rule_lo, rule_hi = rule_range(metal)
 
     if args.fit:
@@ -268,8 +318,10 @@ def main(argv=None) -> int:
         coeffs["metal"] = {k: round(float(v), 4) for k, v in full_c.items()}
         coeffs["cuda"] = dict(coeffs["metal"])
         coeffs["_metal"] = (
-            "metal: the cpu coefficients with METAL.md's mechanisms (benchmarks/mac_evidence.py PRIOR) times "
-            f"multipliers fitted on the public Mac runs ({', '.join(f'{k} {v:.3f}' for k, v in theta.items())}); "
+            "metal: the cpu coefficients with METAL.md's mechanisms (benchmarks/mac_evidence.py PRIOR; counted, not "
+            f"fitted: checkpoint {CHECKPOINT} block input per checkpointed block, adapter outputs {ADAPTER_OUTPUTS}) "
+            "times multipliers that no mechanism sets, fitted on the public Mac runs "
+            f"({', '.join(f'{k} {v:.3f}' for k, v in theta.items())}); "
             "cuda: the metal coefficients, with cuDNN's attention in mlxfit/estimate/detailed.py backend_features."
         )
         (DATA / "coefficients.json").write_text(json.dumps(coeffs, indent=2) + "\n")
@@ -280,8 +332,10 @@ def main(argv=None) -> int:
                     "basis": f"5th-95th percentile of measured/predicted over the {cpu_n} configurations of "
                              "benchmarks/results/accuracy.csv (MLX CPU backend, measured here)"},
             "metal": {"low": round(metal_lo, 4), "high": round(metal_hi, 4),
-                      "basis": f"the cpu range times the 5th-95th percentile of logged / predicted over {len(metal)} "
-                               "public Mac runs, cross-validated leaving one source out"},
+                      "basis": f"{TAIL:.1%}-{1 - TAIL:.1%} quantiles of logged / predicted over {len(metal)} public Mac runs, each "
+                               "predicted by a fit that left its source out, never narrower than the cpu range; "
+                               "per kind of run where a kind has enough runs",
+                      "kinds": {k: {"low": round(lo, 4), "high": round(hi, 4)} for k, (lo, hi) in sorted(metal_kinds.items())}},
             "cuda": {"low": round(metal_lo - CUDA_MARGIN, 4), "high": round(metal_hi + CUDA_MARGIN, 4),
                      "basis": f"the metal range widened by {CUDA_MARGIN:.0%} at each end: one public CUDA run only"},
             "rule": {"low": round(rule_lo, 4), "high": round(rule_hi, 4),
@@ -294,7 +348,8 @@ def main(argv=None) -> int:
         uncertainty.ranges.cache_clear()
 
     mtp = mlx_train_perf_plans(metal, args.mlx_train_perf) if args.mlx_train_perf else {}
-    report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, (metal_lo, metal_hi), (cpu_lo, cpu_hi), (rule_lo, rule_hi), mtp)
+    report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, (metal_lo, metal_hi), (cpu_lo, cpu_hi), (rule_lo, rule_hi), mtp,
+           user_skipped, write=not args.user)
     return 0
 
 
@@ -335,12 +390,41 @@ def pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
-def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, cpu_rng, rule_rng, mtp=None) -> None:
+FILES = {"mac_runs.csv": "2024-25", "mac_runs_2026.csv": "2026", "mac_runs_found.csv": "found", "user": "user"}
+
+
+def summary_lines(metal, cv_error, inside_cv, cv_range) -> list[str]:
+    """The three figures, per evidence set: median |error| at the typical length (from the
+    nearest bound: 0 inside the bounds), the worst exact-length run, the share inside the range,
+    and the range's median width (high - low, as a share of the estimate)."""
+    lines = []
+    groups = [("every run", metal)] + [(f"{FILES[f]} runs ({f})", [c for c in metal if c.run.file == f])
+                                      for f in FILES if any(c.run.file == f for c in metal)]
+    index = {id(c): i for i, c in enumerate(metal)}
+    for name, cases in groups:
+        errors = [cv_error[c.run.key] for c in cases]
+        exact = [cv_error[c.run.key] for c in cases if c.run.exact_length]
+        inside = [inside_cv[index[id(c)]] for c in cases]
+        widths = [hi - lo for lo, hi in (cv_range[c.run.source][c.run.kind] for c in cases)]
+        worst = max(exact, key=abs) if exact else None
+        lines.append(
+            f"- {name}: {len(cases)} runs; median |error| {statistics.median(abs(e) for e in errors) * 100:.1f}%; "
+            + (f"exact-length runs {len(exact)}, worst {pct(worst)}, median |error| "
+               f"{statistics.median(abs(e) for e in exact) * 100:.1f}%; " if exact else "no exact-length run; ")
+            + f"inside the range {sum(inside)} of {len(cases)} ({sum(inside) / len(cases):.0%}); "
+            f"median range width {statistics.median(widths) * 100:.0f}% of the estimate."
+        )
+    return lines
+
+
+def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, cpu_rng, rule_rng, mtp=None,
+           user_skipped=None, write=True) -> None:
+    """Print the report; write benchmarks/results/mac_evidence.md unless user files were added
+    (that file is the public evidence's)."""
     from mlxfit.estimate.detailed import coefficients as shipped
     from mlxfit.estimate.uncertainty import range_factors
 
     shipped_vec = vector(shipped()["metal"])
-    lo_f, hi_f = range_factors("metal")
     mtp = mtp or {}
     rows, inside_cv, inside_shipped, rule_errors, mtp_errors = [], [], [], [], []
     for case in metal:
@@ -351,8 +435,8 @@ def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, c
         method = "qlora" if model.quantized and t.fine_tune_type != "full" else t.method
         rule = rule_bytes(method, model.params)
         rule_errors.append((rule - case.meas) / case.meas)
-        in_cv = case.inside(*cv_c[r.source], *cv_range[r.source])
-        in_shipped = case.inside(*shipped_vec, lo_f, hi_f)
+        in_cv = case.inside(*cv_c[r.source], *cv_range[r.source][r.kind])
+        in_shipped = case.inside(*shipped_vec, *range_factors("metal", kind=r.kind))
         inside_cv.append(in_cv)
         inside_shipped.append(in_shipped)
         widths = "–".join(str(n) for n in sorted(set(r.lengths())))
@@ -367,7 +451,7 @@ def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, c
         implied = [implied_longest(r, p, *shipped_vec) for p in (r.peak_gb, *LATER_PEAKS.get(r.key, ()))]
         implied_cell = " → ".join("–" if n is None else str(n) for n in implied)
         rows.append(
-            f"| {r.key} | {r.trust} | {r.model} | {t.fine_tune_type}{' (q,v)' if t.lora_keys == ev.QV else ''}"
+            f"| {r.key} | {FILES[r.file]} | {r.trust} | {r.model} | {t.fine_tune_type}{' (q,v)' if t.lora_keys == ev.QV else ''}"
             f"{' ckpt' if t.grad_checkpoint else ''} | {t.batch_size} × {widths} | {r.peak_gb:.2f} | "
             f"{cv_lo / 1e9:.2f}–{cv_hi / 1e9:.2f} | {pct(cv_error[r.key])} | {'yes' if in_cv else 'no'} | "
             f"{implied_cell} | {rule / 1e9:.1f} ({pct(rule_errors[-1])}) | {mtp_cell} |"
@@ -394,15 +478,10 @@ def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, c
         "fits that saw neither that source nor the scored one).",
         "",
         f"- Mac runs reproduced: {len(metal)} from {len(sources)} sources "
-        f"({len(exact)} with the longest example known to within 10%).",
-        f"- Median |error|: {weighted_median * 100:.1f}% (cross-validated); worst overestimate "
-        f"{pct(max(errors))}, worst underestimate {pct(min(errors))}.",
-        f"- Logged peak inside the cross-validated range: {sum(inside_cv)} of {len(metal)} "
-        f"({sum(inside_cv) / len(metal):.0%}); inside the shipped range: {sum(inside_shipped)} of {len(metal)}.",
-        f"- Exact-length runs only: median |error| "
-        f"{statistics.median(abs(cv_error[c.run.key]) for c in exact) * 100:.1f}%, inside the range "
-        f"{sum(inside_cv[i] for i, c in enumerate(metal) if c.run.exact_length)} of {len(exact)}."
-        if exact else "- No run has an exactly known length.",
+        f"({len(exact)} with the widest batch known to within 10%).",
+        *summary_lines(metal, cv_error, inside_cv, cv_range),
+        f"- Inside the shipped range (the full fit, ranges from every run's cross-validated residual): "
+        f"{sum(inside_shipped)} of {len(metal)}.",
         f"- The rule of thumb on the same runs: median |error| "
         f"{statistics.median(abs(e) for e in rule_errors) * 100:.0f}%, worst underestimate {pct(min(rule_errors))}.",
         (f"- mlx-train-perf 0.9.1 `plan_fit` (LoRA / QLoRA runs only, {len(mtp_errors)} of them; its naive loss): "
@@ -413,16 +492,18 @@ def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, c
          if mtp_errors else "- mlx-train-perf's `plan` was not run (pass --mlx-train-perf PYTHON)."),
         f"- Shipped ranges (measured / predicted): metal {metal_range[0]:.3f}–{metal_range[1]:.3f}, "
         f"cpu {cpu_rng[0]:.3f}–{cpu_rng[1]:.3f} (from the accuracy grid), rule {rule_rng[0]:.2f}–{rule_rng[1]:.2f}.",
-        "- Fitted Metal multipliers on the CPU coefficients with METAL.md's mechanisms: "
-        + ", ".join(f"{k} {v:.3f}" for k, v in theta.items()) + ".",
+        "- Counted, not fitted: one input per checkpointed block (mx.checkpoint), no adapted layer's output kept "
+        "(lora.py's backward needs x and x @ lora_a). Fitted multipliers on the CPU coefficients with METAL.md's "
+        "mechanisms (no mechanism sets them): " + ", ".join(f"{k} {v:.3f}" for k, v in theta.items()) + ".",
         "",
-        "| run | trust | model | method | batch × width | logged GB | predicted GB (cv) | error (cv) | inside | implied longest | rule GB (error) | mlx-train-perf plan GB (error) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | set | trust | model | method | batch × width | logged GB | predicted GB (cv) | error (cv) | inside | implied longest | rule GB (error) | mlx-train-perf plan GB (error) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         "## Runs not reproduced",
         "",
         *(f"- mac_runs.csv row {row}: {why}" for row, why in sorted(ev.SKIPPED.items())),
+        *(f"- {where}: {why}" for where, why in sorted((user_skipped or {}).items())),
         "",
         "## CUDA",
         "",
@@ -437,7 +518,8 @@ def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, c
     lines += ["", "## Runs that ran out of memory", "", "| run | machine | budget | predicted range | verdict |", "|---|---|---|---|---|"]
     lines += oom_rows()
     lines += ["", *(f"- mac_oom_reports.csv row {row}: {why}" for row, why in sorted(ev.OOM_SKIPPED.items()))]
-    (RESULTS / "mac_evidence.md").write_text("\n".join(lines) + "\n")
+    if write:
+        (RESULTS / "mac_evidence.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -74,3 +74,62 @@ def test_probe_of_a_7b_ignores_the_example_measurement(platform):
     assert big["calibration"] is None
     small = json.loads(runner.invoke(cli, ["probe", "--model", str(TINY), *args], catch_exceptions=False).output)
     assert small["calibration"] == {"offset_bytes": GAP, "measurements": 1}
+
+
+# -- evidence from users: calibration --export and benchmarks/mac_evidence.py --------------------
+
+
+def _mac_evidence():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import mac_evidence
+
+    return mac_evidence
+
+
+def test_export_round_trips_into_the_evidence_without_user_paths(tmp_path):
+    """A stored Metal measurement, exported as an evidence row, is read back by
+    benchmarks/mac_evidence.py as the same run (model, settings, width, peak, versions), and
+    the file names no place on this machine, not even a local model's folder."""
+    import csv
+
+    from mlxfit.estimate import evidence as ev
+    from mlxfit.estimate.export import EVIDENCE_COLUMNS
+
+    catalog = resolve_model("Qwen/Qwen3-0.6B")
+    t_catalog = TrainingConfig(batch_size=2, max_seq_length=1024, grad_checkpoint=True)
+    local = from_folder(TINY)
+    t_local = TrainingConfig(num_layers=-1, batch_size=2, max_seq_length=256)
+    machine = {"device_name": "Apple M4 Pro", "total_bytes": 48 * 10**9}
+    for model, t, width, peak in ((catalog, t_catalog, 513, 3_123_456_789), (local, t_local, 129, 45_678_901)):
+        predicted = predict(model, t, "metal", length=width)[0]
+        store.record(model.id, t.to_dict(), "metal", predicted,
+                     {"peak_with_load_bytes": peak, "peak_bytes": peak - 1000, "steps": 3},
+                     architecture=store.architecture_key(model), length=width, machine=machine,
+                     config=model.config if model.source == "local" else None)
+    store.record(catalog.id, t_catalog.to_dict(), "cpu", 1, {"peak_with_load_bytes": 2, "steps": 3},
+                 architecture=store.architecture_key(catalog))
+
+    out = tmp_path / "mine.csv"
+    result = CliRunner().invoke(cli, ["calibration", "--export", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0 and "Wrote 3 stored measurements" in result.output
+    text = out.read_text()
+    assert str(TINY) not in text and str(Path.home()) not in text and str(tmp_path) not in text
+    rows = list(csv.DictReader(open(out)))
+    assert list(rows[0])[: len(EVIDENCE_COLUMNS)] == list(EVIDENCE_COLUMNS)  # the public files' columns first
+
+    runs, skipped = ev.user_runs(out)
+    assert len(runs) == 2 and list(skipped.values()) == ["measured on the cpu backend, not a GPU"]
+    by_width = {r.lengths()[0]: r for r in runs}
+    run = by_width[513]
+    assert run.model == "Qwen/Qwen3-0.6B" and run.peak_gb == 3.123 and run.exact_length and run.kind == "lora-ckpt"
+    assert run.training_config() == t_catalog and run.mlx == store.versions()["mlx"]
+    assert by_width[129].model.startswith("local llama")
+    me = _mac_evidence()
+    for r in runs:
+        model, width = (catalog, 513) if r is run else (local, 129)
+        case = me.Case(r)
+        expected = predict(model, r.training_config(), "metal", length=width, runtime=ev.run_runtime(r))[0]
+        assert abs(case.predicted(*me.vector(me.coefficients()["metal"]))[0] - expected) <= 64  # int rounding of parts
+    assert any(r.key.startswith("user mine.csv") for r in me.evidence_runs([out])[0])

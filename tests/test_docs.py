@@ -70,7 +70,7 @@ def check_parses(args: list[str]) -> None:
     name, *rest = args
     if name in ("--version", "--help", "-h"):
         return
-    group_ctx = click.Context(cli, info_name="mlxfit")
+    group_ctx = click.Context(cli, info_name="mlxfit", **cli.context_settings)
     command = cli.get_command(group_ctx, name)
     assert command is not None, f"mlxfit {name}: no such command"
     if "--help" in rest or "-h" in rest:
@@ -135,7 +135,7 @@ def commands():
 
 @pytest.mark.parametrize("name, command", commands(), ids=[n for n, _ in commands()])
 def test_every_command_help_has_an_example_that_parses(name, command):
-    help_text = command.get_help(click.Context(command, info_name=name, parent=click.Context(cli, info_name="mlxfit")))
+    help_text = command.get_help(click.Context(command, info_name=name, parent=click.Context(cli, info_name="mlxfit", **cli.context_settings)))
     assert "Example" in help_text, f"mlxfit {name} --help shows no example"
     examples = [line.strip() for line in help_text.splitlines() if line.strip().startswith(f"mlxfit {name}")]
     assert examples, f"mlxfit {name} --help shows no example of itself"
@@ -201,7 +201,7 @@ if __name__ == "__main__":  # rewrite every shown answer with what probe prints 
 
 
 def test_the_groups_help_examples_parse():
-    help_text = cli.get_help(click.Context(cli, info_name="mlxfit"))
+    help_text = cli.get_help(click.Context(cli, info_name="mlxfit", **cli.context_settings))
     examples = help_text.split("Examples:")[1].split("Options:")[0].split("\n")
     examples = [line.strip() for line in examples if line.strip().startswith("mlxfit ")]
     assert len(examples) >= 3

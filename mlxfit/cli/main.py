@@ -135,9 +135,9 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     model = resolve_model(resolved.model)
     warnings = check_against_model(training, model)
 
-    stats = None
+    stats = valid_stats = None
     if resolved.data:
-        stats = read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet=json_)
+        stats, valid_stats = read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet=json_)
     if host_list:
         from ..estimate.hosts import smallest
 
@@ -149,6 +149,13 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend, model, training),
                      length=length, data=stats)
     advice = gather_advice(plan, stats, machine, backend)
+    validation = None
+    if valid_stats is not None and plan.selected.detailed:
+        from ..estimate.validation import VAL_BATCHES, validation as validation_moment
+
+        validation = validation_moment(model, training, valid_stats.worst_batch_tokens, valid_stats.examples,
+                                       plan.selected.predicted_bytes, plan.selected.detailed.backend,
+                                       int(resolved.other.get("val_batches", VAL_BATCHES)))
     comparison = None
     if do_measure:
         comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_, by_slice=by_slice)
@@ -164,6 +171,10 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
         out["warnings"] = warnings
         if stats is not None:
             out["data"] = stats.to_dict()
+        if valid_stats is not None:
+            out["valid_data"] = valid_stats.to_dict()
+        if validation is not None:
+            out["validation"] = validation.to_dict()
         if host_checks is not None:
             out["hosts"] = host_checks
         if comparison is not None:
@@ -176,6 +187,8 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
         inputs.render_input_warnings(warnings)
         if stats is not None:
             inputs.render_data(stats)
+        if validation is not None:
+            inputs.render_validation(validation)
         nodes = None
         if host_list:
             nodes = [f"per node: {len(host_list)} hosts in {hostfile}", f"planned for the smallest, {tightest.name}"]
@@ -193,17 +206,15 @@ def read_data(model, resolved, skip_bad_lines, trust_remote_code, quiet):
     from ..render.inputs import data_progress
 
     choice = dataset.load_tokenizer(model, trust_remote_code=trust_remote_code)
+    kw = dict(batch_size=resolved.training.batch_size, max_seq_length=resolved.training.max_seq_length,
+              mask_prompt=resolved.mask_prompt, features=resolved.features, skip_bad_lines=skip_bad_lines)
     with data_progress(quiet=quiet) as on_progress:
-        return dataset.measure(
-            resolved.data,
-            choice,
-            batch_size=resolved.training.batch_size,
-            max_seq_length=resolved.training.max_seq_length,
-            mask_prompt=resolved.mask_prompt,
-            features=resolved.features,
-            skip_bad_lines=skip_bad_lines,
-            on_progress=on_progress,
-        )
+        stats = dataset.measure(resolved.data, choice, on_progress=on_progress, **kw)
+    valid = dataset.valid_file(resolved.data)
+    if valid is None:
+        return stats, None
+    with data_progress(quiet=quiet) as on_progress:
+        return stats, dataset.measure(valid, choice, on_progress=on_progress, **kw)
 
 
 def gather_advice(plan, stats, machine, backend):
@@ -237,7 +248,10 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
         from ..estimate.calibration import architecture_key, record
 
         record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict(),
-               architecture=architecture_key(plan.model))
+               architecture=architecture_key(plan.model), length=plan.length or plan.training.max_seq_length,
+               machine=None if plan.machine.hypothetical else {"device_name": plan.machine.device_name,
+                                                               "total_bytes": plan.machine.total_bytes},
+               config=plan.model.config if plan.model.source == "local" else None)
     return Comparison(measurement, predicted, usable)
 
 
@@ -318,17 +332,37 @@ def models(json_):
 
 @cli.command()
 @click.option("--clear", is_flag=True, help="Remove every stored measurement.")
+@click.option("--export", "export_path", type=click.Path(dir_okay=False, writable=True),
+              help="Write the stored measurements to FILE as evidence rows (CSV, no paths of this machine): "
+                   "see docs/accuracy.md to contribute them.")
 @json_option
 @handle_errors
-def calibration(clear, json_):
-    """Show (or --clear) the measurements that calibrate estimates on this machine.
+def calibration(clear, export_path, json_):
+    """Show (or --clear, or --export) the measurements that calibrate estimates on this machine.
 
     \b
     Example:
       mlxfit calibration --clear                    # forget this machine's measurements
+      mlxfit calibration --export my_runs.csv       # your measurements as evidence rows
     """
     from ..estimate import calibration as store
 
+    if export_path:
+        from ..errors import BadInput
+        from ..estimate import export
+
+        machine = get_machine(None, None, None)
+        try:
+            n = export.write(export_path, store.stored(), {"device_name": machine.device_name, "total_bytes": machine.total_bytes})
+        except OSError as e:
+            raise BadInput(f"cannot write {export_path}: {e.strerror or e}") from e
+        if json_:
+            print_json({"exported": n, "file": export_path})
+        else:
+            from ..render.text import console
+
+            console.print(f"Wrote {n} stored measurement{'s' if n != 1 else ''} to {export_path} as evidence rows")
+        return
     if clear:
         removed = store.clear()
         if json_:

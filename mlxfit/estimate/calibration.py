@@ -93,10 +93,14 @@ class Calibration:
         return int(statistics.median(gaps)) if gaps else None
 
 
-def record(model_id: str, training: dict, backend: str, predicted_bytes: int, measured: dict, architecture: dict | None = None) -> Path:
-    """Store one measurement; the same configuration overwrites its own file."""
+def record(model_id: str, training: dict, backend: str, predicted_bytes: int, measured: dict, architecture: dict | None = None,
+           *, length: int | None = None, machine: dict | None = None, config: dict | None = None) -> Path:
+    """Store one measurement; the same configuration overwrites its own file. `length` (the
+    batch width measured), `machine` (device_name, total_bytes) and `config` (a local model's
+    config.json) let `mlxfit calibration --export` write it as evidence (mlxfit/estimate/export.py)."""
     import hashlib
     import tempfile
+    from datetime import date
 
     entry = {
         "model": model_id,
@@ -106,6 +110,10 @@ def record(model_id: str, training: dict, backend: str, predicted_bytes: int, me
         "versions": versions(),
         "predicted_peak_bytes": predicted_bytes,
         "measured": measured,
+        "date": date.today().isoformat(),
+        **({"length": length} if length else {}),
+        **({"machine": machine} if machine else {}),
+        **({"config": config} if config else {}),
     }
     key = json.dumps({k: entry[k] for k in ("model", "training", "backend", "versions")}, sort_keys=True)
     folder = measurements_dir()

@@ -29,6 +29,7 @@ from ..model.architecture import Architecture, Block
 from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
 from ..runtime import Runtime
+from .uncertainty import run_kind
 
 BACKENDS = ("cpu", "metal", "cuda")
 ACT_H, ACT_QKV, ACT_I = 6, 2, 4  # tensors kept per block, by width (see features)
@@ -348,6 +349,7 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         "recurrent_once_bytes": B * T * T * 4 * largest("recurrent_width"),
         "tokens": T,
         "trained_blocks": n,
+        "range_kind": run_kind(training.fine_tune_type, training.grad_checkpoint),
         "unmeasured_kinds": arch.unmeasured_kinds(),
     }
 

@@ -66,6 +66,16 @@ class Run:
     backend: str = "metal"
     compiled: bool = True
     config: dict = field(default_factory=dict)  # overrides of the catalog config (dtype)
+    file: str = "mac_runs.csv"  # the evidence file the row is in (benchmarks/evidence/), "user" for a contribution
+    model_config: dict | None = None  # a contributed local model's config.json (it has no id to resolve)
+
+    @property
+    def kind(self) -> str:
+        """What the run trains, for the ranges: a full fine-tune, DoRA, or LoRA with or
+        without checkpointing (their errors differ in size and sign)."""
+        from .uncertainty import run_kind
+
+        return run_kind(self.training.get("fine_tune_type", "lora"), bool(self.training.get("grad_checkpoint")))
 
     @property
     def weight(self) -> float:
@@ -73,10 +83,15 @@ class Run:
 
     @property
     def exact_length(self) -> bool:
-        lo, hi = self.longest
+        """The widest batch known to within 10% (a cap every batch reaches counts)."""
+        lo, hi = self.lengths()
         return hi <= 1.1 * lo
 
     def model_info(self) -> ModelInfo:
+        if self.model_config is not None:
+            from ..model.resolve import _from_config
+
+            return _from_config(self.model, "user", self.model_config)
         info = resolve_model(self.model)
         if self.config:
             from ..model.resolve import _from_config
@@ -95,8 +110,11 @@ class Run:
         return TrainingConfig(**t)
 
     def lengths(self) -> tuple[int, int]:
-        """Padded batch widths at the two bounds of the longest example."""
+        """Padded batch widths at the two bounds of the longest example (a contributed
+        measurement's is the width itself: mlxfit measures batches of exactly that width)."""
         t = self.training_config()
+        if self.file == "user":
+            return tuple(min(n, t.max_seq_length) for n in self.longest)
         return tuple(padded_length(n, self.date, t.max_seq_length) for n in self.longest)
 
 
@@ -192,6 +210,118 @@ RUNS: tuple[Run, ...] = (
          "iteration 20 on; keys q,v (before 0.28.2)", backend="cuda"),
 )
 
+ULTRASCALE = ("https://github.com/TheSwiftKnight/ultrascale-lab/blob/5a299888f139b3292813da800505f8b7ba18d316/"
+              "reports/")
+GEMMA4 = "mlx-community/gemma-4-e4b-it-4bit"
+GEMMA4_HOW = ("mlx-lm 0.31.3 (mlx 0.31, unfused cross-entropy), rank 16, keys q,k,v,o: the last 18 of Gemma 4 E4B's 42 "
+              "blocks share the KV of earlier ones and have no k/v projections, so only q and o are adapted there "
+              "(2.56M adapter weights at 16 blocks, as the author measured); 30 iterations, seed 42")
+GEMMA4_2048 = (1025, 2048)  # the cap-1024 run peaks lower and a cap of 4096 gives the cap-2048 peak: the widest row of
+# the first 30 is in (1024, 2048]
+
+
+def _gemma4(key, row, peak, *, batch=1, cap=2048, layers=16, ckpt=True, how=""):
+    longest = GEMMA4_2048 if cap == 2048 else (cap + 1, 2581)  # over half the rows exceed 512 (median 848)
+    return _run(key, row, "ultrascale-lab", GEMMA4,
+                dict(batch_size=batch, num_layers=layers, rank=16, grad_checkpoint=ckpt, quantize=True,
+                     lora_keys=QKVO, max_seq_length=cap),
+                longest, peak, 0.0005, "2026-06-01", "0.31.2", "high", GEMMA4_HOW + how,
+                file="mac_runs_2026.csv")
+
+
+RUNS_2026: tuple[Run, ...] = (
+    _gemma4("gemma4-ckpt-off", 0, 11.375, ckpt=False, how="; checkpointing off, cap 2048"),
+    _gemma4("gemma4-ckpt-on", 1, 7.911, how="; checkpointing on, cap 2048"),
+    _gemma4("gemma4-cap512", 2, 5.927, cap=512, how="; every batch 512 wide (capped)"),
+    _gemma4("gemma4-cap1024", 3, 7.294, cap=1024, how="; every batch capped at 1024"),
+    _gemma4("gemma4-b2", 4, 7.256, batch=2, cap=512, how="; batch 2 x 512"),
+    _gemma4("gemma4-b4", 5, 9.672, batch=4, cap=512, how="; batch 4 x 512"),
+    _gemma4("gemma4-b8", 6, 14.563, batch=8, cap=512, how="; batch 8 x 512"),
+    _gemma4("gemma4-4-layers", 7, 7.81, layers=4, how="; 4 blocks (all KV-shared: q and o only)"),
+    _gemma4("gemma4-all-layers", 8, 8.236, layers=-1, how="; all 42 blocks"),
+    _run("qwen3-1.7b-ckpt-2048", 9, "code-index 65861638066", "mlx-community/Qwen3-1.7B-bf16",
+         dict(batch_size=4, num_layers=16, grad_checkpoint=True), 2048, 15.905, 0.0005, "2026-07-01", "0.31", "high",
+         "every linear adapted (4.981M at rank 8, verified), checkpointing, a truncation warning (2313 -> 2048) makes "
+         "the widest batch 2048; unfused cross-entropy", file="mac_runs_2026.csv"),
+    _run("qwen3-1.7b-all-545", 10, "rayw-lab/MAformac", "mlx-community/Qwen3-1.7B-bf16",
+         dict(batch_size=4, num_layers=-1, rank=16, scale=32.0, grad_accumulation_steps=4, max_seq_length=1024),
+         (481, 523), 12.280, 0.0005, "2026-06-21", "0.31.1", "medium",
+         "all 28 blocks, every linear at rank 16, gradient accumulation 4, not checkpointed; the longest row is 523 "
+         "tokens and the peak stops rising at iteration 110 (flat to 600), so the widest batch is close to it",
+         file="mac_runs_2026.csv"),
+    _run("qwen3-1.7b-all-preflight", 11, "rayw-lab/MAformac", "mlx-community/Qwen3-1.7B-bf16",
+         dict(batch_size=4, num_layers=-1, rank=16, scale=32.0, grad_accumulation_steps=4, max_seq_length=1024),
+         (32, 523), 3.602, 0.0005, "2026-06-21", "0.31.1", "medium",
+         "the same config for one iteration (no optimizer update); its one batch's width is unknown",
+         file="mac_runs_2026.csv"),
+)
+
+FOUND = "mac_runs_found.csv"
+MISTRAL = "mistralai/Mistral-7B-Instruct-v0.3"  # v0.3 base and instruct share the architecture (vocabulary 32768)
+# Run 02 of the same conversion peaks at 8.839 GB, below the 14.5 GB of its weights in bfloat16: the converted
+# ./mlx_model is quantized (mlx-lm prints the unquantized parameter count, 7248M, either way); 4 bits, group 64
+# (mlx_lm.convert -q's defaults) read.
+MISTRAL_4BIT = {"quantization": {"bits": 4, "group_size": 64}}
+LLAMA_4BIT = {"quantization": {"bits": 4, "group_size": 64}}
+MISTRAL_HOW = "; the conversion read as 4-bit (Run 02's 8.839 GB is below bfloat16 weights)"
+RUNS_FOUND: tuple[Run, ...] = (
+    _run("mistral7b-8-layers-2048", 0, "code-index 7373479517", MISTRAL,
+         dict(quantize=True, batch_size=4, num_layers=8), 2048, 26.190, 0.0005, "2025-06-01", "0.26", "medium",
+         "keys q,v (0.852M verified: before 0.28.2), 8 blocks, a truncation warning before the iteration-10 report "
+         "makes the widest batch 2048; 15 validation batches at iteration 1" + MISTRAL_HOW, config=MISTRAL_4BIT, file=FOUND),
+    _run("mistral7b-8-layers", 1, "code-index 7373479517", MISTRAL,
+         dict(quantize=True, batch_size=4, num_layers=8), (261, 2048), 8.839, 0.0005, "2025-06-01", "0.26", "medium",
+         "the peak of the first 110 batches (~261 tokens per row, no truncation warning: every row <= 2048)",
+         config=MISTRAL_4BIT, file=FOUND),
+    _run("mistral7b-16-layers", 2, "code-index 7373479517", MISTRAL,
+         dict(quantize=True, batch_size=4, num_layers=16), (261, 2048), 12.478, 0.0005, "2025-06-01", "0.26", "medium",
+         "the same batches as the 8-block run, 16 blocks", config=MISTRAL_4BIT, file=FOUND),
+    _run("qwen2.5-3b-cpt", 3, "code-index 57375542890", "mlx-community/Qwen2.5-3B-Instruct-4bit",
+         dict(batch_size=1, num_layers=8, quantize=True), (1126, 2048), 7.224, 0.0005, "2026-08-06", "0.31", "medium",
+         "every linear (3.326M verified); 3378 tokens in 3 iterations of batch 1 (book chunks, several truncated to "
+         "2048), so the longest row is 1126-2048 tokens; MLX version not stated (read as unfused)", file=FOUND),
+    _run("qwen2.5-3b-ift", 4, "code-index 57375542890", "mlx-community/Qwen2.5-3B-Instruct-4bit",
+         dict(batch_size=1, num_layers=16, quantize=True), (541, 2048), 5.528, 0.0005, "2026-08-06", "0.31", "medium",
+         "every linear at 16 blocks (6.652M verified); 1622 tokens in 3 iterations, no truncation warning",
+         file=FOUND),
+    _run("gemma2-2b-b2", 5, "code-index 69014109280", "mlx-community/gemma-2-2b-it-4bit",
+         dict(batch_size=2, num_layers=16, quantize=True), (110, 2048), 4.394, 0.0005, "2026-01-01", "0.30", "medium",
+         "every linear (6.390M verified), batch 2 of a small repeated set (~109 tokens per row)", file=FOUND),
+    _run("gemma3-4b-pt-b2", 6, "code-index 56270308142", "google/gemma-3-4b-it",
+         dict(batch_size=2, num_layers=8), (868, 2048), 25.933, 0.0005, "2026-01-01", "0.30", "low",
+         "gemma-3-4b-pt converted with --q-bits 4 --q-group-size 64 but without -q, which mlx_lm.convert needs to "
+         "quantize (convert.py: `if quantize:`): a bfloat16 model, the -it text model's architecture; batch 2, 8 "
+         "blocks, keys read as every linear; ~868 tokens per row by iteration 399 and rows over 2048 truncated",
+         file=FOUND),
+    _run("qwen2.5-0.5b-4-layers", 7, "code-index 21315096210", "Qwen/Qwen2.5-0.5B-Instruct",
+         dict(batch_size=1, num_layers=4), (70, 2048), 1.740, 0.0005, "2025-06-01", "0.26", "low",
+         "batch 1, 4 blocks, ~70 tokens per row (short identity pairs); date and keys not stated (q,v read)",
+         file=FOUND),
+    *(
+        _run(key, row, "code-index 53568198657", "meta-llama/Llama-3.1-8B-Instruct",
+             dict(quantize=True, batch_size=batch, num_layers=16, rank=rank, grad_checkpoint=ckpt, max_seq_length=cap),
+             longest, peak, 0.05, "2026-02-28", "0.30", trust,
+             "Llama 3.1 8B Instruct in 4 bits (group 64), every linear (2026), a project log's rounded peak; " + how,
+             config=LLAMA_4BIT, file=FOUND)
+        for key, row, batch, rank, ckpt, cap, longest, peak, trust, how in (
+            ("llama3.1-8b-b1-1024-ckpt", 8, 1, 8, True, 1024, (1000, 1024), 6.4, "medium",
+             "~1000 tokens per iteration at batch 1: rows reach the 1024 cap"),
+            ("llama3.1-8b-b1-2048-ckpt-r16", 9, 1, 16, True, 2048, (1025, 2048), 7.8, "low",
+             "the same rows at cap 2048 (~1000 tokens on average, the widest 1025-2048)"),
+            ("llama3.1-8b-b4-2048", 10, 4, 8, False, 2048, (1025, 2048), 62.4, "low",
+             "batch 4, not checkpointed, the peak by iteration 10-20 (it crashed at 20 with a command-buffer error)"),
+            ("llama3.1-8b-b2-2048-ckpt", 11, 2, 8, True, 2048, (1025, 2048), 10.6, "low",
+             "batch 2, checkpointed, the peak by iteration 70 (a command-buffer timeout ended it)"),
+        )
+    ),
+    _run("qwen2.5-1.5b-fp16-b4", 12, "code-index 70546580339", "Qwen/Qwen2.5-1.5B-Instruct",
+         dict(batch_size=4, num_layers=16, rank=16), (32, 2048), 6.7, 0.05, "2026-01-01", "0.30", "low",
+         "converted to float16, batch 4, rank 16, 16 blocks, every linear; row lengths not stated (short replies)",
+         config={"torch_dtype": "float16"}, file=FOUND),
+)
+
+RUNS = RUNS + RUNS_2026 + RUNS_FOUND
+
 SKIPPED = {
     4: "mlx#3539: Qwen3.5 (qwen3_5, Gated DeltaNet hybrid): its recurrence terms are measured on the CPU "
        "(benchmarks/accuracy.py), not fitted on Macs, and the 8 records' lengths are not stated; its run at 1024 "
@@ -262,6 +392,40 @@ OOM_SKIPPED = {
     7: "mlx-lm#828: the model and settings are not stated",
     10: "mlx#3993: the machine's memory is not stated; the symptom is the allocator cache, not the peak",
 }
+
+
+def user_runs(path) -> tuple[list[Run], dict[int, str]]:
+    """The runs of a file written by `mlxfit calibration --export` (mlxfit/estimate/export.py),
+    and the rows that cannot be reproduced, with why."""
+    import csv
+    import json
+    from pathlib import Path
+
+    from ..model.training import TrainingConfig
+
+    runs, skipped = [], {}
+    name = Path(path).name
+    fields = {f for f in TrainingConfig.__dataclass_fields__}
+    for i, row in enumerate(csv.DictReader(open(path, newline=""))):
+        if row.get("backend") not in ("metal", "cuda"):
+            skipped[i] = f"measured on the {row.get('backend') or 'unknown'} backend, not a GPU"
+            continue
+        if row.get("slice") == "yes":
+            skipped[i] = "extrapolated from slices of the model, not a whole run's peak"
+            continue
+        config = json.loads(row["config"]) if row.get("config") else None
+        if row["model_id"].startswith("local ") and config is None:
+            skipped[i] = "a local model stored without its config.json (measured before mlxfit kept it)"
+            continue
+        training = {k: v for k, v in json.loads(row["training"]).items() if k in fields}
+        width = int(row["widest_batch"])
+        training["max_seq_length"] = max(training.get("max_seq_length", width), width)
+        runs.append(_run(f"user {name}:{i}", i, f"user {name}", row["model_id"], training, width + 0, float(row["peak_gb"]),
+                         0.0005, row["date"], row.get("mlx_version") or None, row.get("trust") or "high",
+                         f"mlxfit --measure on {row.get('chip') or 'a Mac'} ({row.get('memory_gb') or '?'} GB), "
+                         f"mlx {row.get('mlx_version')}, mlx-lm {row.get('mlx_lm_version')}",
+                         backend=row["backend"], file="user", model_config=config))
+    return runs, skipped
 
 
 def with_length(run: Run, longest: int) -> Run:

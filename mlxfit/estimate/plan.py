@@ -55,7 +55,7 @@ class Estimate:
     def predicted_range_bytes(self) -> tuple[int, int]:
         """[low, high]: how far the estimate can be off on this backend (mlxfit/estimate/uncertainty.py)."""
         if self.detailed:
-            return predicted_range(self.predicted_bytes, self.detailed.backend)
+            return predicted_range(self.predicted_bytes, self.detailed.backend, kind=self.detailed.features.get("range_kind"))
         return predicted_range(self.predicted_bytes, "rule", basis="rule")
 
     @property

@@ -198,12 +198,13 @@ def _truncation_words(n: int, data) -> str:
 
 def _sizer(backend: str, calibration, length: int | None, usable: int):
     from .plan import predict
-    from .uncertainty import predicted_range, verdict
+    from .uncertainty import predicted_range, run_kind, verdict
 
     def size(model: ModelInfo, changes: tuple[Change, ...], training: TrainingConfig) -> Option:
         # Judged as probe judges the run itself: by the estimate's range on this backend.
         need, _ = predict(model, training, backend, calibration, length)
-        return Option(changes, model, training, need, verdict(*predicted_range(need, backend), usable))
+        kind = run_kind(training.fine_tune_type, training.grad_checkpoint)
+        return Option(changes, model, training, need, verdict(*predicted_range(need, backend, kind=kind), usable))
 
     return size
 

@@ -5,8 +5,9 @@ measured / predicted peaks on the evidence for that backend
 (mlxfit/data/ranges.json, written by benchmarks/mac_evidence.py):
 
 - cpu: the accuracy grid measured here (benchmarks/results/accuracy.csv);
-- metal: the public Mac runs, cross-validated leaving one source out
-  (benchmarks/results/mac_evidence.md), never narrower than the CPU's;
+- metal: the public Mac runs, each predicted by a fit that left its source out
+  (benchmarks/results/mac_evidence.md), never narrower than the CPU's, per kind of
+  run (run_kind) where a kind has enough runs;
 - cuda: one public run only, so the Metal range widened by a stated margin;
 - rule: the rule of thumb against the public Mac runs (it has no backend).
 
@@ -28,8 +29,18 @@ def ranges() -> dict:
     return json.loads(data_text("ranges.json"))
 
 
-def range_factors(backend: str, basis: str = "detailed") -> tuple[float, float]:
+def run_kind(fine_tune_type: str, grad_checkpoint: bool) -> str:
+    """The kinds of run whose errors differ on the Mac evidence: full, dora, and LoRA /
+    QLoRA with or without gradient checkpointing."""
+    if fine_tune_type != "lora":
+        return fine_tune_type
+    return "lora-ckpt" if grad_checkpoint else "lora"
+
+
+def range_factors(backend: str, basis: str = "detailed", kind: str | None = None) -> tuple[float, float]:
     entry = ranges()["rule" if basis == "rule" else backend]
+    if basis != "rule" and kind is not None and kind in entry.get("kinds", {}):
+        entry = entry["kinds"][kind]
     return entry["low"], entry["high"]
 
 
@@ -37,8 +48,8 @@ def range_basis(backend: str) -> str:
     return ranges()[backend]["basis"]
 
 
-def predicted_range(n_bytes: int, backend: str, basis: str = "detailed") -> tuple[int, int]:
-    low, high = range_factors(backend, basis)
+def predicted_range(n_bytes: int, backend: str, basis: str = "detailed", kind: str | None = None) -> tuple[int, int]:
+    low, high = range_factors(backend, basis, kind)
     return int(math.floor(n_bytes * low)), int(math.ceil(n_bytes * high))
 
 

@@ -170,6 +170,13 @@ def training_file(data: str | Path) -> Path:
     )
 
 
+def valid_file(data: str | Path) -> Path | None:
+    """valid.jsonl of a data folder (mlx_lm.lora evaluates it while training), or None."""
+    path = Path(data).expanduser()
+    valid = path / "valid.jsonl" if path.is_dir() else None
+    return valid if valid is not None and valid.is_file() else None
+
+
 def detect_format(record: dict, features: dict | None = None) -> str | None:
     """The format mlx-lm picks from a record: create_dataset's order of preference."""
     f = {**FEATURES, **(features or {})}

@@ -52,6 +52,18 @@ def render_data(stats) -> None:
         console.print(f"[yellow]warning:[/] skipped {stats.skipped_lines} malformed {word} (first: {lines})")
 
 
+def render_validation(v) -> None:
+    """The validation pass beside the training step (mlxfit/estimate/validation.py)."""
+    from ..units import format_gb
+
+    which = f"all {v.valid_batches}" if v.certain else f"{v.batches} random of {v.valid_batches}"
+    print_fields("Validate", [
+        f"{which} valid batches, widest {v.width}",
+        f"about {format_gb(v.peak_bytes)} (forward only)",
+        f"the {v.peaks} peaks" + ("" if v.certain or v.peaks == "training step" else " if its widest batch is drawn"),
+    ])
+
+
 def render_input_warnings(warnings: list[str]) -> None:
     for warning in warnings:
         print_hanging(f"[yellow]warning:[/] {warning}", indent=2)
