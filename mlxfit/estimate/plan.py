@@ -7,14 +7,16 @@ never print.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 
 from ..machine import Machine
 from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
 from ..units import GB, format_count, format_gb
-from .detailed import Breakdown, estimate
+from . import remedies
+from .detailed import Breakdown
 from .rule import RULES, rule_bytes
+# Sizing lives below the plan and its remedies; re-exported for the callers of plan.
+from .sizing import CALIBRATION_PART, catalog_model, catalog_sizes, predict, training_for  # noqa: F401
 from .uncertainty import predicted_range, range_basis, verdict as range_verdict
 
 TIGHT_FRACTION = 0.90  # above this share of the budget: fits, but leave margin
@@ -134,33 +136,6 @@ class Reference:
         }
 
 
-@dataclass(frozen=True)
-class CatalogSize:
-    id: str
-    params: int
-    model_type: str
-    moe: bool
-
-
-@lru_cache(maxsize=1)
-def catalog_sizes() -> tuple[CatalogSize, ...]:
-    """Every catalog model's size, from the catalog's data (nothing built)."""
-    from ..model.resolve import catalog_entries, text_config
-
-    return tuple(
-        CatalogSize(e["id"], e["params"], text_config(e["config"]).get("model_type") or e["config"]["model_type"], e["moe"])
-        for e in catalog_entries()
-    )
-
-
-@lru_cache(maxsize=None)
-def catalog_model(hub_id: str) -> ModelInfo:
-    """A catalog model with its architecture, built once per process, when asked."""
-    from ..model.resolve import from_catalog
-
-    return from_catalog(hub_id)
-
-
 def nearest_catalog_model(params: int) -> ModelInfo | None:
     """The dense catalog model whose size is nearest (by ratio) to `params`."""
     import math
@@ -223,33 +198,6 @@ def largest_fitting_params(method: str, usable_bytes: int) -> int:
     return max(0, int((usable_bytes / GB - fixed) / per_billion * 1e9))
 
 
-def training_for(method: str, training: TrainingConfig) -> TrainingConfig:
-    """The user's run, switched to another method (all other settings kept)."""
-    if method == "full":
-        return replace(training, fine_tune_type="full", quantize=False)
-    fine_tune_type = "lora" if training.fine_tune_type == "full" else training.fine_tune_type
-    return replace(training, fine_tune_type=fine_tune_type, quantize=(method == "qlora"))
-
-
-CALIBRATION_PART = "calibration"
-
-
-def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibration=None, length: int | None = None,
-            runtime=None) -> tuple[int, Breakdown | None]:
-    """The detailed estimate where the architecture is known, else the rule.
-
-    `calibration` (from mlxfit.estimate.calibration) adds this machine's measured gap;
-    `length` is the widest batch of the user's data (capped by max_seq_length);
-    `runtime` the MLX versions' behaviour (mlxfit/runtime.py; None: installed)."""
-    if model.architecture is None:
-        return rule_bytes(training.method, model.params), None
-    breakdown = estimate(model, training, backend, length, runtime)
-    offset = calibration.offset_for(model, training) if calibration is not None else None
-    if offset is not None:
-        breakdown = breakdown.with_part(CALIBRATION_PART, offset)
-    return breakdown.peak_bytes, breakdown
-
-
 def rule_remedies(machine: Machine, model: ModelInfo, training: TrainingConfig) -> tuple[Remedy, ...]:
     """Without an architecture only the rule of thumb speaks: it sizes the method
     and the model, not lengths, batches or checkpointing."""
@@ -296,8 +244,6 @@ def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, back
         if model.architecture is None:
             plan = replace(plan, remedies=rule_remedies(machine, model, training))
         else:
-            from . import remedies
-
             singles = remedies.single_changes(machine, model, training, backend, calibration, length, data)
             plan = replace(
                 plan,

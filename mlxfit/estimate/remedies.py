@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
 from ..units import format_count
+from .sizing import catalog_model, catalog_sizes, sized
 
 MIN_LENGTH_WITHOUT_DATA = 512
 DATA_KEEP_SHARE = 0.99  # with --data, never cut below what keeps this share whole
@@ -197,13 +198,8 @@ def _truncation_words(n: int, data) -> str:
 
 
 def _sizer(backend: str, calibration, length: int | None, usable: int):
-    from .plan import predict
-    from .uncertainty import predicted_range, verdict
-
     def size(model: ModelInfo, changes: tuple[Change, ...], training: TrainingConfig) -> Option:
-        # Judged as probe judges the run itself: by the estimate's range on this backend.
-        need, _ = predict(model, training, backend, calibration, length)
-        return Option(changes, model, training, need, verdict(*predicted_range(need, backend), usable))
+        return Option(changes, model, training, *sized(model, training, backend, usable, calibration, length))
 
     return size
 
@@ -286,18 +282,33 @@ def _product(dims):
             yield (head, *tail)
 
 
+def comparable_models(model: ModelInfo) -> list[list]:
+    """The catalog's smaller models a user would call comparable, nearest kind first:
+    the same family (Qwen2.5), then the same architecture (qwen2), then the same maker
+    (Qwen); never an unrelated one (a 350M LFM2 for a 7B Qwen)."""
+    from ..model.resolve import family
+
+    smaller = [m for m in catalog_sizes() if m.params < model.params]
+    own_family = family(model.id)
+    maker = model.id.split("/")[0] if "/" in model.id else None
+    groups, seen = [], set()
+    for test in (lambda m: m.family == own_family,
+                 lambda m: m.model_type == model.model_type,
+                 lambda m: maker is not None and m.maker == maker):
+        group = [m for m in smaller if m.id not in seen and test(m)]
+        seen.update(m.id for m in group)
+        groups.append(sorted(group, key=lambda m: -m.params))
+    return groups
+
+
 def smaller_model(machine, model: ModelInfo, training: TrainingConfig, backend: str, calibration=None,
                   length: int | None = None, changes: bool = True) -> Option | None:
-    """The largest catalog model smaller than this one that fits by the detailed
-    estimate, at these settings (or, when `changes`, with QLoRA, checkpointing and
-    a smaller batch as needed, cheapest first). Same architecture family first."""
-    from .plan import catalog_model, catalog_sizes
-
+    """The largest comparable catalog model smaller than this one that fits by the
+    detailed estimate, at these settings (or, when `changes`, with QLoRA,
+    checkpointing and a smaller batch as needed, cheapest first)."""
     size = _sizer(backend, calibration, length, machine.usable_bytes)
-    candidates = [other for other in catalog_sizes() if other.params < model.params]
-    same = [m for m in candidates if m.model_type == model.model_type]
-    for group in (same, [m for m in candidates if m.model_type != model.model_type]):
-        for other in sorted(group, key=lambda m: -m.params):
+    for group in comparable_models(model):
+        for other in group:
             built = catalog_model(other.id)  # built only when it is tried
             option = _fit_other(size, model, built, training, changes) if built.architecture else None
             if option is not None:

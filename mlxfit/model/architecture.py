@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import lazy_model
+from . import facts, lazy_model
 from .lazy_model import text_config
 from .module_tree import modules as _modules, walk as _walk
 from .mlx_lm_modules import MODEL_REMAPPING, installed_model_types
@@ -377,4 +377,5 @@ def architecture_from_config(config: dict) -> Architecture:
     """Raises MlxfitError (lazy_model.UnknownModelType for a model_type the
     installed mlx-lm has no model for)."""
     lazy_model.check_config(config)
-    return from_model(lazy_model.base_model(config), config)
+    key = lazy_model.config_key(config)
+    return facts.recall(key, "architecture", lambda: from_model(lazy_model.model_for_key(key), config))
