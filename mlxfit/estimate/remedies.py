@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ..errors import MlxfitError
 from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
 from ..units import format_count
@@ -198,8 +199,12 @@ def _truncation_words(n: int, data) -> str:
 
 
 def _sizer(backend: str, calibration, length: int | None, usable: int):
-    def size(model: ModelInfo, changes: tuple[Change, ...], training: TrainingConfig) -> Option:
-        return Option(changes, model, training, *sized(model, training, backend, usable, calibration, length))
+    def size(model: ModelInfo, changes: tuple[Change, ...], training: TrainingConfig) -> Option | None:
+        """None: mlx-lm cannot run this (quantize, adapt or freeze the model)."""
+        try:
+            return Option(changes, model, training, *sized(model, training, backend, usable, calibration, length))
+        except MlxfitError:
+            return None
 
     return size
 
@@ -219,18 +224,22 @@ def single_changes(machine, model: ModelInfo, training: TrainingConfig, backend:
     """Each remedy alone, at its mildest level that fits (else the level that needs
     least), in the source's order; remedies that do not move the estimate are dropped."""
     size = _sizer(backend, calibration, length, machine.usable_bytes)
-    base = size(model, (), training).new_bytes
+    start = size(model, (), training)
+    base = start.new_bytes if start is not None else None
     found = []
     dims = dimensions(model, training, data, length)
     for name in ("length", "batch", "method", "checkpoint", "layers"):
         chosen = None
         for change, apply in dims.get(name, []):
             option = size(model, (change,), apply(training))
+            if option is None:
+                continue
             if chosen is None or option.fits or option.new_bytes < chosen.new_bytes:
                 chosen = option
             if option.fits:
                 break
-        if chosen is not None and base - chosen.new_bytes >= NO_EFFECT * base:
+        # A change that makes a run mlx-lm cannot do (base None) possible is a remedy.
+        if chosen is not None and (base is None or base - chosen.new_bytes >= NO_EFFECT * base):
             found.append(chosen)
     other = smaller_model(machine, model, training, backend, calibration, length, changes=False)
     if other is not None:
@@ -258,7 +267,7 @@ def search(machine, model: ModelInfo, training: TrainingConfig, backend: str, ca
             if apply is not None:
                 run = apply(run)
         option = size(model, changes, run)
-        if option.fits:
+        if option is not None and option.fits:
             fitting.append(option)
     fitting.sort(key=_rank)
     kept: list[Option] = []
@@ -335,6 +344,6 @@ def _fit_other(size, model: ModelInfo, other: ModelInfo, training: TrainingConfi
             if apply is not None:
                 run = apply(run)
         option = size(other, (move, *(c for c, _ in combo if c is not None)), run)
-        if option.fits and (best is None or _rank(option) < _rank(best)):
+        if option is not None and option.fits and (best is None or _rank(option) < _rank(best)):
             best = option
     return best

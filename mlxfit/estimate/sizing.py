@@ -11,13 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from ..model.resolve import ModelInfo
+from ..errors import MlxfitError
+from ..model.resolve import ModelInfo, original_weights
 from ..model.training import TrainingConfig
 from .detailed import Breakdown, estimate
 from .rule import rule_bytes
 from .uncertainty import predicted_range, verdict
 
 CALIBRATION_PART = "calibration"
+# mlx_lm/lora.py train_model, fine_tune_type full: `l.unfreeze()` on each trained block
+# unfreezes a QuantizedLinear's packed weight, scales and biases too, and MLX has no
+# gradient for quantized weights (tests/test_no_dead_end.py runs it).
+FULL_ON_QUANTIZED = ("mlx-lm cannot fully fine-tune a quantized base: its blocks' quantized weights are unfrozen "
+                     "too, and MLX has no gradient for them ([QuantizedMatmul::vjp] no gradient wrt the quantized "
+                     "weights)")
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,13 @@ def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibratio
     `runtime` the MLX versions' behaviour (mlxfit/runtime.py; None: installed)."""
     if model.architecture is None:
         return rule_bytes(training.method, model.params), None
+    if training.fine_tune_type == "full" and model.quantized:
+        # mlx-lm's full fine-tuning cannot run on a quantized base (FULL_ON_QUANTIZED):
+        # what a full fine-tune needs is sized on the original weights.
+        original = original_weights(model)
+        if original is None:
+            raise MlxfitError(FULL_ON_QUANTIZED)
+        model = original
     breakdown = estimate(model, training, backend, length, runtime)
     offset = calibration.offset_for(model, training) if calibration is not None else None
     if offset is not None:
