@@ -126,13 +126,15 @@ def test_a_second_plan_builds_nothing(tmp_path, monkeypatch):
             cache.cache_clear()
         facts._loaded.clear()
 
+    built = []
+    real = lazy_model.build
+    monkeypatch.setattr(lazy_model, "build", lambda config: built.append(lazy_model.config_key(config)) or real(config))
     new_process()
     first = plan()
     assert first.options  # it planned (and compared other models)
+    assert built and len(built) == len(set(built))  # the first time, each model built once
     new_process()
-    built = []
-    real = lazy_model.build
-    monkeypatch.setattr(lazy_model, "build", lambda config: built.append(config) or real(config))
+    built.clear()
     again = plan()
     assert built == []
     assert again.to_dict() == first.to_dict()
