@@ -138,3 +138,14 @@ def test_a_second_plan_builds_nothing(tmp_path, monkeypatch):
     again = plan()
     assert built == []
     assert again.to_dict() == first.to_dict()
+
+
+def test_a_cache_that_cannot_be_written_only_costs_time(tmp_path, monkeypatch):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("MLXFIT_CACHE_DIR", str(blocked))  # facts/ cannot be made under a file
+    facts._loaded.clear()
+    config = catalog()["qwen/qwen3-0.6b"][1]
+    assert architecture_from_config(config).params == 596049920
+    facts._store(tmp_path / "x.pickle", {"unpicklable": lambda: None})  # never raises
+    assert not (tmp_path / "x.pickle").exists() and not list(tmp_path.glob(".facts-*"))

@@ -65,8 +65,11 @@ def _store(path: Path, facts: dict) -> None:
         with tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=".facts-", delete=False) as tmp:
             pickle.dump(facts, tmp, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp.name, path)
-    except OSError:
-        pass  # a read-only cache: answers are computed each time
+    except Exception:  # a read-only cache, or an answer that cannot be pickled: computed each time
+        try:
+            os.unlink(tmp.name)
+        except (OSError, NameError):
+            pass
 
 
 def recall(config_key: str, name, compute):
