@@ -1,20 +1,26 @@
-"""How long does `mlxfit probe --json` (an estimate, nothing measured) take to start
-and answer, against `python -c pass` and, side by side, mlx-train-perf's `plan`?
+"""How long does `mlxfit probe` (an estimate, nothing measured) take to answer,
+against the bare imports it cannot avoid and, side by side, mlx-train-perf's `plan`?
 
     python benchmarks/startup.py              # 10 runs of each, medians
     python benchmarks/startup.py --repeat 1   # a quick check that it runs
     python benchmarks/startup.py --mlx-train-perf /tmp/mtp/bin/mlx-train-perf
 
+Two cases of one model (Qwen2.5-7B-Instruct, mlx-lm's defaults: batch 4 x 2048
+tokens, LoRA rank 8, 16 layers): on 16 GB the run does not fit, so probe also
+plans (a few hundred runs sized, comparable catalog models compared); on 128 GB
+it fits. mlx-train-perf's `plan` answers the same configuration from the same
+config.json with the same budget.
+
 mlx-train-perf pins other mlx / mlx-lm versions than mlxfit, so it lives in a
 venv of its own: `python -m venv /tmp/mtp && /tmp/mtp/bin/pip install
-"mlx[cpu]==0.32.0" mlx-train-perf` (on Linux). Its `plan` answers one
-configuration from a config.json; mlxfit's probe answers three methods and,
-when the run does not fit, searches the remedies too.
+"mlx[cpu]==0.32.0" mlx-train-perf` (on Linux).
 
 Each command runs in a fresh process (one warm-up run each, not counted), the
-commands interleaved so that both see the same machine. The estimate path must
-not import mlx-lm or transformers; `-X importtime` lists what the CLI does import,
-slowest first. Writes startup.json and startup.md under --results (default
+commands interleaved so that all see the same machine. What probe remembers
+(mlxfit/model/facts.py) is kept between runs in one cache directory, as on a
+user's machine after the first probe of a model; the "first run" rows give each
+run an empty cache instead. `-X importtime` lists what the CLI imports, slowest
+first. Writes startup.json and startup.md under --results (default
 benchmarks/results/).
 """
 
@@ -41,11 +47,16 @@ def mlxfit_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "mlxfit"]
 
 
-def run_once(cmd: list[str], env: dict) -> float:
+def run_once(cmd: list[str], env: dict, fresh_cache: bool = False) -> float:
+    """Wall seconds of one fresh process. mlx-train-perf's plan exits 1 for a run that
+    does not fit (its answer still printed), so only a missing answer fails."""
+    if fresh_cache:
+        with tempfile.TemporaryDirectory(prefix="mlxfit-startup-cold-") as cold:
+            return run_once(cmd, dict(env, MLXFIT_CACHE_DIR=cold))
     tic = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     seconds = time.perf_counter() - tic
-    if done.returncode != 0:
+    if done.returncode != 0 and not (done.returncode == 1 and done.stdout.lstrip().startswith("{")):
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return seconds
 
@@ -65,12 +76,18 @@ def slowest_imports(cmd_args: list[str], env: dict, top: int = 8) -> list[dict]:
     return sorted(rows, key=lambda r: -r["cumulative_ms"])[:top]
 
 
+CASES = {"does not fit": "16GB", "fits": "128GB"}
+# probe's budget for these Macs (the total less its reserve), in the GiB mlx-train-perf's --budget-gb takes.
+BUDGET_GIB = {"16GB": 12e9 / 2**30, "128GB": 96e9 / 2**30}
+BARE_IMPORTS = "import mlx.core, mlx.nn, click, psutil"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10, help="runs of each command (median)")
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results", help="where to write the JSON and markdown")
     parser.add_argument("--mlx-train-perf", type=Path, help="the mlx-train-perf script of a venv that has it")
-    parser.add_argument("--model", default="Qwen/Qwen3-0.6B", help="catalog id both tools answer for")
+    parser.add_argument("--model", default="Qwen/Qwen2.5-7B-Instruct", help="catalog id both tools answer for")
     args = parser.parse_args()
 
     from mlxfit.estimate.calibration import versions  # light: reads package metadata only
@@ -82,68 +99,73 @@ def main() -> None:
         # PYTHONDONTWRITEBYTECODE set would compile every module on every run
         # instead, so the warm-up run writes them here as an install would.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
+        probe = [*mlxfit_command(), "probe", "--model", args.model]
         commands = {
             "python -c pass": [sys.executable, "-c", "pass"],
-            "mlxfit --version": [*mlxfit_command(), "--version"],
-            "mlxfit probe --json": [*mlxfit_command(), "probe", "--json"],
-            f"mlxfit probe --model {args.model} --json": [*mlxfit_command(), "probe", "--model", args.model, "--json"],
-            # A budget the run fits: no remedies to search, one answer as plan gives.
-            f"mlxfit probe --model {args.model} --memory 96GB --json": [
-                *mlxfit_command(), "probe", "--model", args.model, "--memory", "96GB", "--json"],
+            "bare imports": [sys.executable, "-c", BARE_IMPORTS],
         }
+        fresh = set()
+        for case, memory in CASES.items():
+            commands[f"probe {case}"] = [*probe, "--memory", memory, "--json"]
+            commands[f"probe {case}, text"] = [*probe, "--memory", memory]
+            commands[f"probe {case}, first run"] = [*probe, "--memory", memory, "--json"]
+            fresh.add(f"probe {case}, first run")
         if args.mlx_train_perf:
             from mlxfit.model.resolve import catalog
 
             config = Path(tmp) / "config.json"
             config.write_text(json.dumps(catalog()[args.model.lower()][1]))
-            # mlx-lm's defaults: batch 4, 2048 tokens (the model sees 2047), rank 8, 16 layers.
-            commands["mlx-train-perf plan"] = [str(args.mlx_train_perf), "plan", "--config", str(config), "--batch", "4",
-                                               "--seq-len", "2047", "--lora-rank", "8", "--budget-gb", "20", "--json"]
+            for case, memory in CASES.items():
+                # mlx-lm's defaults: batch 4, 2048 tokens (the model sees 2047), rank 8, 16 layers.
+                commands[f"mlx-train-perf plan {case}"] = [
+                    str(args.mlx_train_perf), "plan", "--config", str(config), "--batch", "4", "--seq-len", "2047",
+                    "--lora-rank", "8", "--budget-gb", f"{BUDGET_GIB[memory]:.3f}", "--json"]
         times: dict[str, list[float]] = {name: [] for name in commands}
-        for cmd in commands.values():
-            run_once(cmd, env)  # warm-up: the file cache, .pyc files
+        for name, cmd in commands.items():
+            run_once(cmd, env, name in fresh)  # warm-up: the file cache, .pyc files
         for _ in range(args.repeat):
             for name, cmd in commands.items():
-                times[name].append(run_once(cmd, env))
-        imports = slowest_imports(["probe", "--json"], env)
+                times[name].append(run_once(cmd, env, name in fresh))
+        imports = slowest_imports(["probe", "--model", args.model, "--memory", "16GB", "--json"], env)
 
     medians = {name: statistics.median(values) for name, values in times.items()}
-    base = medians["python -c pass"]
+    base, bare = medians["python -c pass"], medians["bare imports"]
+    peer = {case: medians.get(f"mlx-train-perf plan {case}") for case in CASES}
     result = {
         "platform": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "versions": versions(),
+        "model": args.model,
         "repeat": args.repeat,
         "seconds": times,
         "median_s": {name: round(m, 4) for name, m in medians.items()},
         "ratio_to_python": {name: round(m / base, 2) for name, m in medians.items()},
-        "probe_ratio": round(medians["mlxfit probe --json"] / base, 2),
-        "probe_to_mlx_train_perf": (
-            round(medians[f"mlxfit probe --model {args.model} --json"] / medians["mlx-train-perf plan"], 2)
-            if "mlx-train-perf plan" in medians else None
-        ),
-        "fitting_probe_to_mlx_train_perf": (
-            round(medians[f"mlxfit probe --model {args.model} --memory 96GB --json"] / medians["mlx-train-perf plan"], 2)
-            if "mlx-train-perf plan" in medians else None
-        ),
+        "ratio_to_bare_imports": {name: round(m / bare, 2) for name, m in medians.items()},
+        "ratio_to_mlx_train_perf": {
+            name: round(m / peer[case], 2)
+            for case in CASES for name, m in medians.items() if name.startswith(f"probe {case}") and peer[case]
+        },
         "slowest_imports": imports,
     }
     lines = [
-        "# Start-up time of `mlxfit probe --json`",
+        f"# Start-up time of `mlxfit probe --model {args.model}`",
         "",
         f"{result['platform']}; mlx {result['versions']['mlx']}, mlx-lm {result['versions']['mlx-lm']}. "
-        f"Median wall time of {args.repeat} fresh process{'es' if args.repeat != 1 else ''} each (after one warm-up).",
+        f"Median wall time of {args.repeat} fresh process{'es' if args.repeat != 1 else ''} each (after one warm-up), "
+        "the commands interleaved. `bare imports`: `python -c \"" + BARE_IMPORTS + "\"`. "
+        "On 16 GB the run does not fit (probe plans); on 128 GB it fits. "
+        "A \"first run\" has an empty cache (nothing remembered about the model yet).",
         "",
-        "| command | median | ratio to `python -c pass` |",
-        "|---|---|---|",
+        "| command | median | × python -c pass | × bare imports | × mlx-train-perf plan |",
+        "|---|---|---|---|---|",
     ]
     for name in commands:
-        lines.append(f"| `{name}` | {medians[name] * 1000:.0f} ms | {result['ratio_to_python'][name]:.1f}x |")
-    if result["probe_to_mlx_train_perf"] is not None:
-        lines += ["", f"`mlxfit probe --model {args.model} --json` takes {result['probe_to_mlx_train_perf']:.2f}x the wall of "
-                  "`mlx-train-perf plan` for the same model, measured side by side (on this machine the run does not "
-                  f"fit, so probe also searches the remedies); with a budget it fits, "
-                  f"{result['fitting_probe_to_mlx_train_perf']:.2f}x."]
-    lines += ["", "Slowest top-level imports of `mlxfit probe --json` (`-X importtime`, cumulative):", ""]
+        peer_ratio = result["ratio_to_mlx_train_perf"].get(name)
+        lines.append(f"| `{name}` | {medians[name] * 1000:.0f} ms | {result['ratio_to_python'][name]:.1f}x | "
+                     f"{result['ratio_to_bare_imports'][name]:.2f}x | "
+                     f"{f'{peer_ratio:.2f}x' if peer_ratio else ''} |")
+    if not args.mlx_train_perf:
+        lines += ["", "mlx-train-perf was not given (--mlx-train-perf): no side-by-side ratio."]
+    lines += ["", "Slowest top-level imports of `mlxfit probe` on 16 GB (`-X importtime`, cumulative):", ""]
     lines += [f"- `{r['module']}` {r['cumulative_ms']:.0f} ms" for r in imports]
     text = "\n".join(lines) + "\n"
     args.results.mkdir(parents=True, exist_ok=True)

@@ -63,3 +63,20 @@ def format_count(n: int) -> str:
     if n >= 999.5 * 10**3:
         return f"{n / 1e6:.0f}M"
     return f"{n / 1e3:.0f}K"
+
+
+def format_operations(n: float) -> str:
+    """Operation counts: 3.2 GFLOP, 1.4 TFLOP, 2.0 PFLOP."""
+    for scale, unit in ((10**15, "PFLOP"), (10**12, "TFLOP"), (10**9, "GFLOP"), (10**6, "MFLOP")):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} FLOP"
+
+
+def format_seconds(s: float) -> str:
+    """A duration to the unit a person reads it in: 40 s, 12 min, 3.1 h."""
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"

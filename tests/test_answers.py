@@ -86,15 +86,15 @@ def test_remedies_that_do_not_move_the_estimate_are_dropped():
 
 
 def test_model_remedy_is_a_real_catalog_model_by_the_detailed_estimate():
-    base = ("--max-seq-length", "2048", "--memory", "36GB")
+    base = ("--max-seq-length", "1024", "--memory", "36GB")
     data = run_json("probe", "--model", "Qwen/Qwen2.5-14B-Instruct", *base)
     model_changes = [r for r in data["remedies"] if r["change"].startswith("--model")]
     assert len(model_changes) == 1 and model_changes[0]["fits"]
     other = shlex.split(model_changes[0]["change"])[1]
     check = run_json("probe", "--model", other, *base)
-    # Same architecture first; with verdicts by the range, no smaller qwen2 fits these
-    # settings outright, so another family's model may be the answer.
-    assert check["model"]["source"] == "catalog" and check["model"]["params"] < 14e9
+    # The same family first (then the same architecture, then the same maker; never
+    # an unrelated model): the largest smaller Qwen2.5 that fits these settings outright.
+    assert other.startswith("Qwen/Qwen2.5-") and check["model"]["params"] < 14e9
     assert selected(check)["predicted_peak_bytes"] == model_changes[0]["new_bytes"] <= 27 * GB
     # Llama-3.2-1B at 4 x 4096 tokens: the rule once offered "a model of at most
     # 12.00B parameters"; by the detailed estimate no smaller catalog model fits.

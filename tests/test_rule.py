@@ -98,7 +98,8 @@ def test_bare_size_remedies_are_what_the_rule_can_size():
 def test_single_changes_follow_the_source_order():
     from mlxfit.model.resolve import from_catalog
 
-    plan = make_plan(laptop(), from_catalog("Qwen/Qwen2.5-14B-Instruct"), TrainingConfig())
+    # At 1,024 tokens a smaller Qwen2.5 fits outright (another model is offered only when a comparable one does).
+    plan = make_plan(laptop(), from_catalog("Qwen/Qwen2.5-14B-Instruct"), TrainingConfig(max_seq_length=1024))
     dims = [r.change.split()[0] for r in plan.remedies]
     assert dims == ["--max-seq-length", "--batch-size", "--method", "--grad-checkpoint", "--num-layers", "--model"]
 

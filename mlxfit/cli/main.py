@@ -241,6 +241,7 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
     if plan.model.architecture is not None and (by_slice or (predicted > usable and not force)):
         measurement = measure_slices(plan, backend, usable, force, timeout, steps, quiet)
     else:
+        expected_duration(plan, timeout, steps, quiet)  # stops before building when past --timeout
         request = request_for(plan.model, plan.training, length=plan.length, max_steps=steps)
         with measure_progress(quiet=quiet) as on_event:
             measurement = measure(request, timeout=timeout, on_event=on_event)
@@ -253,6 +254,37 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
                                                                "total_bytes": plan.machine.total_bytes},
                config=plan.model.config if plan.model.source == "local" else None)
     return Comparison(measurement, predicted, usable)
+
+
+def expected_duration(plan, timeout, steps, quiet, slices=None):
+    """How long the measurement (of the run, or of `slices`) will take, from the steps'
+    operations and this machine's rate; stops before building when past --timeout."""
+    if plan.model.architecture is None:
+        return
+    from ..estimate import duration
+    from ..measure.rate import matmul_rate
+    from ..measure.slicing import slice_training, sliced_model
+    from ..measure.steps import MIN_STEPS
+    from ..model.lazy_model import checkpoint_dtype
+
+    model, training = plan.model, plan.training
+    bits = model.bits if model.quantized else (training.bits if training.quantize else None)
+    dtype = str(checkpoint_dtype(model.config or {})).split(".")[-1]  # the activations' dtype
+    rate = matmul_rate(dtype, bits, model.group_size or training.group_size)
+    dtype = f"{bits}-bit" if bits else dtype
+    if slices is None:
+        expectation = duration.expect(model, training, plan.length, rate, dtype, MIN_STEPS, steps)
+    else:
+        runs = [(sliced_model(model, s), slice_training(training, s), s.steps(training)) for s in slices.slices]
+        expectation = duration.expect_slices(runs, plan.length, rate, dtype, MIN_STEPS, steps)
+    refusal = duration.too_long(expectation, timeout)
+    if refusal:
+        raise MlxfitError(refusal if slices is None else refusal.replace(", or --slice to measure a slice of the "
+                                                                          "model (a few real-width blocks)", ""))
+    if not quiet:
+        from ..render.measurement import render_expectation
+
+        render_expectation(expectation)
 
 
 def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
@@ -282,6 +314,7 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
             f"[bold]Slice[/]    measuring {slices.describe()}: {len(slices.slices)} short runs in one process, "
             f"each about {format_gb(need)} at most, extrapolated to the whole model",
         )
+    expected_duration(plan, timeout, steps, quiet, slices)
     with measure_progress(quiet=quiet) as on_event:
         return measure_by_slices(plan.model, plan.training, plan.length, steps, timeout=timeout, on_event=on_event)
 

@@ -13,18 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-
-def cache_dir() -> Path:
-    if override := os.environ.get("MLXFIT_CACHE_DIR"):
-        return Path(override)
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "mlxfit"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mlxfit"
+from ..cache import cache_dir
 
 
 def measurements_dir() -> Path:

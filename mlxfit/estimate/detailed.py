@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .. import data_text
-from ..model import lazy_model
+from ..model import facts, lazy_model
 from ..model.architecture import Architecture, Block
 from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
@@ -76,6 +76,12 @@ def _qlora_bits(model: ModelInfo, training: TrainingConfig) -> tuple[int | None,
 
 @lru_cache(maxsize=256)
 def _counted(config_key: str, bits, group_size, fine_tune_type: str, num_layers: int, rank: int, keys, keep=None):
+    """Remembered across runs (mlxfit/model/facts.py): the model is built only the first time."""
+    args = (bits, group_size, fine_tune_type, num_layers, rank, keys, keep)
+    return facts.recall(config_key, ("counted", *args), lambda: _count(config_key, *args))
+
+
+def _count(config_key: str, bits, group_size, fine_tune_type: str, num_layers: int, rank: int, keys, keep):
     base = lazy_model.model_for_key(config_key, bits, group_size)
     if fine_tune_type == "full":
         trainable = lazy_model.full_parameters(base, num_layers)

@@ -7,16 +7,20 @@ never print.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 
+from ..errors import MlxfitError
 from ..machine import Machine
-from ..model.resolve import ModelInfo
+from ..model.resolve import ModelInfo, original_weights
 from ..model.training import TrainingConfig
 from ..units import GB, format_count, format_gb
-from .detailed import Breakdown, estimate
+from . import remedies
+from .detailed import Breakdown
 from .rule import RULES, rule_bytes
+# Sizing lives below the plan and its remedies; re-exported for the callers of plan.
+from .sizing import FULL_ON_QUANTIZED, CALIBRATION_PART, catalog_model, catalog_sizes, predict, training_for  # noqa: F401
 from .uncertainty import predicted_range, range_basis, verdict as range_verdict
 
+CANNOT = "mlx-lm cannot"  # the verdict of a method mlx-lm itself cannot run on the model
 TIGHT_FRACTION = 0.90  # above this share of the budget: fits, but leave margin
 METHODS = ("lora", "qlora", "full")
 TABLE_SIZES_B = (0.5, 1.5, 3, 7, 8, 14, 32, 70)
@@ -42,6 +46,12 @@ class Estimate:
     usable_bytes: int
     selected: bool = False
     detailed: Breakdown | None = None
+    # Why mlx-lm itself cannot run this method on this model (quantize, LoRA, freeze):
+    # the row says so and sizes nothing; the other rows stand.
+    cannot: str | None = None
+    # What the row sizes where it is not the model as given: full fine-tuning of a
+    # quantized base is sized on its original weights (sizing.FULL_ON_QUANTIZED).
+    sized_on: str | None = None
 
     @property
     def predicted_bytes(self) -> int:
@@ -60,6 +70,8 @@ class Estimate:
 
     @property
     def verdict(self) -> str:
+        if self.cannot:
+            return CANNOT
         if not self.detailed:
             return verdict(self.predicted_bytes, self.usable_bytes)
         return range_verdict(*self.predicted_range_bytes, self.usable_bytes)
@@ -68,13 +80,17 @@ class Estimate:
     def fits(self) -> bool:
         """A promise: the detailed estimate's high end is within the budget (the rule's
         figure for the rule of thumb)."""
+        if self.cannot:
+            return False
         if not self.detailed:
             return self.predicted_bytes <= self.usable_bytes
         return self.verdict == "fits"
 
     @property
     def basis(self) -> str:
-        """rule; approximate (block kinds the fitted terms never saw); detailed."""
+        """rule; approximate (block kinds the fitted terms never saw); detailed; cannot."""
+        if self.cannot:
+            return "cannot"
         if self.detailed is None:
             return "rule"
         return "approximate" if self.detailed.features.get("unmeasured_kinds") else "detailed"
@@ -92,6 +108,10 @@ class Estimate:
             "range_basis": range_basis(self.detailed.backend if self.detailed else "rule"),
             "basis": self.basis,
         }
+        if self.cannot:
+            data["cannot"] = self.cannot
+        if self.sized_on:
+            data["sized_on"] = self.sized_on
         if self.detailed:
             data.update(self.detailed.to_dict())  # breakdown, backend, peak_phase
         return data
@@ -132,33 +152,6 @@ class Reference:
             "num_layers": self.training.num_layers,
             "estimates": {m: {"predicted_peak_bytes": b} for m, b in self.estimates.items()},
         }
-
-
-@dataclass(frozen=True)
-class CatalogSize:
-    id: str
-    params: int
-    model_type: str
-    moe: bool
-
-
-@lru_cache(maxsize=1)
-def catalog_sizes() -> tuple[CatalogSize, ...]:
-    """Every catalog model's size, from the catalog's data (nothing built)."""
-    from ..model.resolve import catalog_entries, text_config
-
-    return tuple(
-        CatalogSize(e["id"], e["params"], text_config(e["config"]).get("model_type") or e["config"]["model_type"], e["moe"])
-        for e in catalog_entries()
-    )
-
-
-@lru_cache(maxsize=None)
-def catalog_model(hub_id: str) -> ModelInfo:
-    """A catalog model with its architecture, built once per process, when asked."""
-    from ..model.resolve import from_catalog
-
-    return from_catalog(hub_id)
 
 
 def nearest_catalog_model(params: int) -> ModelInfo | None:
@@ -223,33 +216,6 @@ def largest_fitting_params(method: str, usable_bytes: int) -> int:
     return max(0, int((usable_bytes / GB - fixed) / per_billion * 1e9))
 
 
-def training_for(method: str, training: TrainingConfig) -> TrainingConfig:
-    """The user's run, switched to another method (all other settings kept)."""
-    if method == "full":
-        return replace(training, fine_tune_type="full", quantize=False)
-    fine_tune_type = "lora" if training.fine_tune_type == "full" else training.fine_tune_type
-    return replace(training, fine_tune_type=fine_tune_type, quantize=(method == "qlora"))
-
-
-CALIBRATION_PART = "calibration"
-
-
-def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibration=None, length: int | None = None,
-            runtime=None) -> tuple[int, Breakdown | None]:
-    """The detailed estimate where the architecture is known, else the rule.
-
-    `calibration` (from mlxfit.estimate.calibration) adds this machine's measured gap;
-    `length` is the widest batch of the user's data (capped by max_seq_length);
-    `runtime` the MLX versions' behaviour (mlxfit/runtime.py; None: installed)."""
-    if model.architecture is None:
-        return rule_bytes(training.method, model.params), None
-    breakdown = estimate(model, training, backend, length, runtime)
-    offset = calibration.offset_for(model, training) if calibration is not None else None
-    if offset is not None:
-        breakdown = breakdown.with_part(CALIBRATION_PART, offset)
-    return breakdown.peak_bytes, breakdown
-
-
 def rule_remedies(machine: Machine, model: ModelInfo, training: TrainingConfig) -> tuple[Remedy, ...]:
     """Without an architecture only the rule of thumb speaks: it sizes the method
     and the model, not lengths, batches or checkpointing."""
@@ -286,18 +252,25 @@ def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, back
         if model.quantized and method == "lora":
             continue  # on a quantized base LoRA is QLoRA: one row, not two identical ones
         run = training if method == training.method else training_for(method, training)
-        _, breakdown = predict(model, run, backend, calibration, length, runtime)
+        try:
+            _, breakdown = predict(model, run, backend, calibration, length, runtime)
+            cannot = None
+        except MlxfitError as e:  # mlx-lm cannot quantize, adapt or freeze this model
+            breakdown, cannot = None, str(e)
+        sized_on = None
+        if method == "full" and model.quantized and breakdown is not None:
+            original = original_weights(model)
+            sized_on = f"the original {original.dtype} weights, not the {model.bits}-bit base: {FULL_ON_QUANTIZED}"
         estimates.append(Estimate(method, rule_bytes(method, model.params), machine.usable_bytes,
-                                  selected=(method == training.method), detailed=breakdown))
+                                  selected=(method == training.method), detailed=breakdown, cannot=cannot,
+                                  sized_on=sized_on))
     reference = reference_for(model.params, training, backend) if model.architecture is None else None
     plan = Plan(machine, model, training, tuple(estimates), backend=backend, calibration=calibration, length=length,
                 reference=reference)
     if not plan.selected.fits:
-        if model.architecture is None:
+        if model.architecture is None and plan.selected.cannot is None:
             plan = replace(plan, remedies=rule_remedies(machine, model, training))
         else:
-            from . import remedies
-
             singles = remedies.single_changes(machine, model, training, backend, calibration, length, data)
             plan = replace(
                 plan,

@@ -28,9 +28,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ..errors import MlxfitError
 from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
 from ..units import format_count
+from .sizing import catalog_model, catalog_sizes, sized
 
 MIN_LENGTH_WITHOUT_DATA = 512
 DATA_KEEP_SHARE = 0.99  # with --data, never cut below what keeps this share whole
@@ -197,14 +199,12 @@ def _truncation_words(n: int, data) -> str:
 
 
 def _sizer(backend: str, calibration, length: int | None, usable: int):
-    from .plan import predict
-    from .uncertainty import predicted_range, run_kind, verdict
-
-    def size(model: ModelInfo, changes: tuple[Change, ...], training: TrainingConfig) -> Option:
-        # Judged as probe judges the run itself: by the estimate's range on this backend.
-        need, _ = predict(model, training, backend, calibration, length)
-        kind = run_kind(training.fine_tune_type, training.grad_checkpoint)
-        return Option(changes, model, training, need, verdict(*predicted_range(need, backend, kind=kind), usable))
+    def size(model: ModelInfo, changes: tuple[Change, ...], training: TrainingConfig) -> Option | None:
+        """None: mlx-lm cannot run this (quantize, adapt or freeze the model)."""
+        try:
+            return Option(changes, model, training, *sized(model, training, backend, usable, calibration, length))
+        except MlxfitError:
+            return None
 
     return size
 
@@ -224,18 +224,22 @@ def single_changes(machine, model: ModelInfo, training: TrainingConfig, backend:
     """Each remedy alone, at its mildest level that fits (else the level that needs
     least), in the source's order; remedies that do not move the estimate are dropped."""
     size = _sizer(backend, calibration, length, machine.usable_bytes)
-    base = size(model, (), training).new_bytes
+    start = size(model, (), training)
+    base = start.new_bytes if start is not None else None
     found = []
     dims = dimensions(model, training, data, length)
     for name in ("length", "batch", "method", "checkpoint", "layers"):
         chosen = None
         for change, apply in dims.get(name, []):
             option = size(model, (change,), apply(training))
+            if option is None:
+                continue
             if chosen is None or option.fits or option.new_bytes < chosen.new_bytes:
                 chosen = option
             if option.fits:
                 break
-        if chosen is not None and base - chosen.new_bytes >= NO_EFFECT * base:
+        # A change that makes a run mlx-lm cannot do (base None) possible is a remedy.
+        if chosen is not None and (base is None or base - chosen.new_bytes >= NO_EFFECT * base):
             found.append(chosen)
     other = smaller_model(machine, model, training, backend, calibration, length, changes=False)
     if other is not None:
@@ -263,7 +267,7 @@ def search(machine, model: ModelInfo, training: TrainingConfig, backend: str, ca
             if apply is not None:
                 run = apply(run)
         option = size(model, changes, run)
-        if option.fits:
+        if option is not None and option.fits:
             fitting.append(option)
     fitting.sort(key=_rank)
     kept: list[Option] = []
@@ -287,18 +291,33 @@ def _product(dims):
             yield (head, *tail)
 
 
+def comparable_models(model: ModelInfo) -> list[list]:
+    """The catalog's smaller models a user would call comparable, nearest kind first:
+    the same family (Qwen2.5), then the same architecture (qwen2), then the same maker
+    (Qwen); never an unrelated one (a 350M LFM2 for a 7B Qwen)."""
+    from ..model.resolve import family
+
+    smaller = [m for m in catalog_sizes() if m.params < model.params]
+    own_family = family(model.id)
+    maker = model.id.split("/")[0] if "/" in model.id else None
+    groups, seen = [], set()
+    for test in (lambda m: m.family == own_family,
+                 lambda m: m.model_type == model.model_type,
+                 lambda m: maker is not None and m.maker == maker):
+        group = [m for m in smaller if m.id not in seen and test(m)]
+        seen.update(m.id for m in group)
+        groups.append(sorted(group, key=lambda m: -m.params))
+    return groups
+
+
 def smaller_model(machine, model: ModelInfo, training: TrainingConfig, backend: str, calibration=None,
                   length: int | None = None, changes: bool = True) -> Option | None:
-    """The largest catalog model smaller than this one that fits by the detailed
-    estimate, at these settings (or, when `changes`, with QLoRA, checkpointing and
-    a smaller batch as needed, cheapest first). Same architecture family first."""
-    from .plan import catalog_model, catalog_sizes
-
+    """The largest comparable catalog model smaller than this one that fits by the
+    detailed estimate, at these settings (or, when `changes`, with QLoRA,
+    checkpointing and a smaller batch as needed, cheapest first)."""
     size = _sizer(backend, calibration, length, machine.usable_bytes)
-    candidates = [other for other in catalog_sizes() if other.params < model.params]
-    same = [m for m in candidates if m.model_type == model.model_type]
-    for group in (same, [m for m in candidates if m.model_type != model.model_type]):
-        for other in sorted(group, key=lambda m: -m.params):
+    for group in comparable_models(model):
+        for other in group:
             built = catalog_model(other.id)  # built only when it is tried
             option = _fit_other(size, model, built, training, changes) if built.architecture else None
             if option is not None:
@@ -325,6 +344,6 @@ def _fit_other(size, model: ModelInfo, other: ModelInfo, training: TrainingConfi
             if apply is not None:
                 run = apply(run)
         option = size(other, (move, *(c for c, _ in combo if c is not None)), run)
-        if option.fits and (best is None or _rank(option) < _rank(best)):
+        if option is not None and option.fits and (best is None or _rank(option) < _rank(best)):
             best = option
     return best

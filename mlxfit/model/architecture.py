@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import lazy_model
+from . import facts, lazy_model
 from .lazy_model import text_config
 from .module_tree import modules as _modules, walk as _walk
 from .mlx_lm_modules import MODEL_REMAPPING, installed_model_types
@@ -204,9 +204,21 @@ def _dims(module: nn.Module) -> tuple[int, int, int]:
     return n_in, out, experts
 
 
+def _packed(module: nn.Module, kind: str) -> bool:
+    """A model file's own quantized layer (prism_hadamard_qwen35's HadamardQuantizedLinear
+    and ...Embedding): a packed weight with its bits, by class name."""
+    return kind in type(module).__name__ and isinstance(getattr(module, "bits", None), int) and "weight" in module
+
+
 def _is_linear(module: nn.Module) -> bool:
     name = type(module).__name__
-    return isinstance(module, (nn.Linear, nn.QuantizedLinear)) or name in ("SwitchLinear", "QuantizedSwitchLinear")
+    if isinstance(module, (nn.Linear, nn.QuantizedLinear)) or name in ("SwitchLinear", "QuantizedSwitchLinear"):
+        return True
+    return _packed(module, "Linear") and not _packed(module, "Embedding")
+
+
+def _is_embedding(module: nn.Module) -> bool:
+    return isinstance(module, (nn.Embedding, nn.QuantizedEmbedding)) or _packed(module, "Embedding")
 
 
 def _int_attr(module: nn.Module, names) -> int:
@@ -337,7 +349,7 @@ def from_model(model: nn.Module, config: dict) -> Architecture:
     inner = text_config(config)
     layers = model.layers
     tree = _walk(model, skip={id(b) for b in layers})  # everything outside the blocks
-    embeddings = [(k, m) for k, m in tree if isinstance(m, (nn.Embedding, nn.QuantizedEmbedding))]
+    embeddings = [(k, m) for k, m in tree if isinstance(m, nn.Module) and _is_embedding(m)]
     token = _token_embedding(embeddings)
     if token is None:
         raise lazy_model.NotSizable(f"mlx-lm's {config.get('model_type')!r} model has no token embedding")
@@ -377,4 +389,5 @@ def architecture_from_config(config: dict) -> Architecture:
     """Raises MlxfitError (lazy_model.UnknownModelType for a model_type the
     installed mlx-lm has no model for)."""
     lazy_model.check_config(config)
-    return from_model(lazy_model.base_model(config), config)
+    key = lazy_model.config_key(config)
+    return facts.recall(key, "architecture", lambda: from_model(lazy_model.built_for_key(key), config))

@@ -47,6 +47,8 @@ POSITIVE_FIELDS = (
     "intermediate_size", "vocab_size", "head_dim", "moe_intermediate_size",
     "max_position_embeddings", "n_layer", "n_embd", "n_head", "d_model", "num_layers", "n_heads",
 )
+# Sizes a real config may give per layer, as a list (gemma3n's intermediate_size).
+PER_LAYER_FIELDS = ("intermediate_size", "moe_intermediate_size")
 # Counts that may be 0 (a dense model of a MoE family).
 COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "n_shared_experts", "num_experts_per_tok")
 
@@ -82,6 +84,11 @@ def check_config(config: dict) -> None:
             value = c.get(name)
             if value is None:
                 continue
+            if isinstance(value, list) and name in PER_LAYER_FIELDS and value:
+                bad = next((v for v in value if not _number(v) or v != int(v) or v < 0), None)
+                if bad is not None:
+                    raise MlxfitError(f"config.json field '{where}{name}' must be integers, one per layer, got {bad!r}")
+                continue  # a per-layer list, as the model class reads it (gemma3n)
             if not _number(value) or value != int(value):
                 raise MlxfitError(f"config.json field '{where}{name}' must be an integer, got {value!r}")
             if value < 1 and name in POSITIVE_FIELDS or value < 0:
@@ -104,6 +111,8 @@ def _construct(config: dict) -> nn.Module:
     try:
         model_class, args_class = model_classes(config)
     except ImportError as e:
+        if getattr(e, "needs", None):
+            raise NotSizable(f"mlx-lm's {config['model_type']!r} model cannot be imported here ({e.needs!r})") from e
         raise UnknownModelType(config["model_type"]) from e
     try:
         return model_class(args_class.from_dict(config))
@@ -285,10 +294,17 @@ def config_key(config: dict) -> str:
 
 
 @lru_cache(maxsize=16)
+def built_for_key(key: str) -> nn.Module:
+    """The model as load_model leaves it (build), for a config made a key: what its
+    architecture is read from, even where mlx-lm cannot train it."""
+    return build(json.loads(key))
+
+
+@lru_cache(maxsize=16)
 def model_for_key(key: str, bits: int | None = None, group_size: int | None = None) -> nn.Module:
-    """base_model, for a config already made a key (config_key)."""
+    """base_model, for a config already made a key (config_key), frozen as training starts."""
     if bits is None:
-        model = build(json.loads(key))
+        model = built_for_key(key)
     else:  # the built model, copied (building it again takes longer), then quantized
         model = _copy_tree(model_for_key(key, None, None))  # as base_model asks for it (one cache entry)
         quantize(model, bits, group_size)

@@ -82,7 +82,17 @@ def model_classes(config: dict):
     name = module_name(config)
     if not isinstance(name, str) or not name.replace("-", "_").replace("_", "").isalnum():
         raise ImportError(f"no mlx-lm model for {name!r}")
-    module = import_module(f"models.{name}")
+    import contextlib
+    import io
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said):
+            module = import_module(f"models.{name}")
+    except SystemExit as e:  # olmo.py: prints what to install, then sys.exit(1) at import
+        error = ImportError(f"mlx-lm's models/{name}.py exits when imported")
+        error.needs = said.getvalue().strip() or f"mlx_lm.models.{name} exits when imported"
+        raise error from e
     return module.Model, module.ModelArgs
 
 

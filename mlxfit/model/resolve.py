@@ -177,6 +177,32 @@ def _rule_only(model_id, source, config, path, error: NotSizable, bits, group_si
     )
 
 
+_ORIGINALS: dict = {}
+
+
+def original_weights(model: ModelInfo) -> ModelInfo | None:
+    """A quantized model as it was before quantization: the same config without its
+    `quantization` (or quantization_config), in its float dtype (bfloat16 unless the
+    config says). None when the model is not quantized or has no architecture."""
+    if not model.quantized or model.architecture is None or not model.config:
+        return None
+    key = (model.id, model.config_key, model.slice_blocks)
+    if key not in _ORIGINALS:
+        config = {k: v for k, v in model.config.items() if k not in ("quantization", "quantization_config")}
+        if isinstance(config.get("text_config"), dict):
+            config["text_config"] = {k: v for k, v in config["text_config"].items() if k != "quantization_config"}
+        try:
+            original = _from_config(f"{model.id} (original weights)", model.source, config, model.path)
+        except MlxfitError:
+            original = None
+        if original is not None and original.architecture is not None:
+            from dataclasses import replace
+
+            original = replace(original, slice_blocks=model.slice_blocks)
+        _ORIGINALS[key] = original if original is not None and original.architecture is not None else None
+    return _ORIGINALS[key]
+
+
 def index_params(folder: Path, bits: int) -> int | None:
     """Parameters from model.safetensors.index.json's total size and the storage bits."""
     index = folder / "model.safetensors.index.json" if folder.is_dir() else None
@@ -198,19 +224,19 @@ def config_params(config: dict) -> int | None:
         return next((int(c[n]) for n in names if isinstance(c.get(n), (int, float)) and c[n] > 0), 0)
 
     h = size("hidden_size", "n_embd", "d_model")
-    layers = size("num_hidden_layers", "n_layer", "num_layers")
+    layers = size("num_hidden_layers", "n_layer", "num_layers", "n_layers")
     vocab = size("vocab_size")
     if not (h and layers and vocab):
         return None
     heads = size("num_attention_heads", "n_head") or max(h // 128, 1)
     kv = size("num_key_value_heads") or heads
     d = size("head_dim") or h // heads
-    inter = size("intermediate_size", "n_inner", "ffn_dim") or 4 * h
+    inter = size("intermediate_size", "n_inner", "ffn_dim", "mlp_hidden_size") or 4 * h
     experts = size("num_experts", "num_local_experts", "n_routed_experts")
     expert_inter = size("moe_intermediate_size") or inter
     mlp = 3 * h * (expert_inter * experts if experts else inter)
     attention = 2 * h * heads * d + 2 * h * kv * d
-    tied = text_config(config).get("tie_word_embeddings", True)
+    tied = c.get("tie_word_embeddings", c.get("weight_tying", True))
     return layers * (attention + mlp + 2 * h) + vocab * h * (1 if tied else 2) + h
 
 

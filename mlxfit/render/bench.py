@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ..errors import MlxfitError
 from ..estimate.plan import verdict
-from ..estimate.uncertainty import predicted_range, verdict as range_verdict
+from ..estimate.uncertainty import predicted_range, run_kind, verdict as range_verdict
 from ..measure.bench import ESTIMATED, FAILED, MEASURED, SKIPPED, UNKNOWN, MaxResult, Row
 from ..units import GB, format_count, format_size
 from .memory import machine_line, print_warnings
@@ -244,7 +244,8 @@ def row_verdict(row: Row) -> Text:
         word = verdict(row.measured_peak_bytes, row.usable_bytes)
         return Text(word, style=VERDICT_STYLE[word])
     if row.status == ESTIMATED:  # an estimate's verdict respects its range (mlxfit/estimate/uncertainty.py)
-        word = range_verdict(*predicted_range(row.predicted_bytes, row.backend), row.usable_bytes)
+        kind = run_kind(row.training.fine_tune_type, row.training.grad_checkpoint)
+        word = range_verdict(*predicted_range(row.predicted_bytes, row.backend, kind=kind), row.usable_bytes)
         return Text(f"{word} (estimate)", style=VERDICT_STYLE[word])
     return Text(row.status, style={FAILED: "bold red", SKIPPED: "yellow", UNKNOWN: UNKNOWN_STYLE}.get(row.status, ""))
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
-
 from .text import console, err_console, print_fields, print_hanging
 
 
@@ -16,6 +14,9 @@ def data_progress(quiet: bool = False):
     if quiet:
         yield None
         return
+    # Imported here: rich.progress costs more to import than a plan takes, and only --data shows a bar.
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
     progress = Progress(
         TextColumn("tokenizing"), BarColumn(), DownloadColumn(binary_units=False), TimeElapsedColumn(),
         console=err_console, transient=True,

@@ -87,3 +87,11 @@ def render_comparison(comparison) -> None:
             "[yellow]The allocator cache is what breaks the budget:[/] cap it with "
             "mx.set_cache_limit(...) or mlx_lm.lora's --clear-cache-threshold."
         )
+
+
+def render_expectation(expectation) -> None:
+    from ..estimate.duration import words
+    from ..units import format_seconds
+
+    print_hanging(f"[bold]Expect[/]   about {format_seconds(expectation.low_seconds)}-"
+                  f"{format_seconds(expectation.high_seconds)}: {words(expectation)}, plus building the model")

@@ -205,15 +205,27 @@ def render_plan(plan: Plan, nodes: list[str] | None = None) -> None:
     if not detailed:  # with a breakdown, the stacked bars below show this
         table.add_column("vs budget", no_wrap=True)
     for e in plan.estimates:
-        label = method_label(e.method, plan.training) + (" ◀" if e.selected else "")
-        row = [Text(label, style="bold" if e.selected else ""), format_gb_range(e.predicted_bytes, *e.predicted_range_bytes)]
+        label = method_label(e.method, plan.training) + (" ¹" if e.sized_on else "") + (" ◀" if e.selected else "")
+        sized = "—" if e.cannot else format_gb_range(e.predicted_bytes, *e.predicted_range_bytes)
+        row = [Text(label, style="bold" if e.selected else ""), sized]
         if detailed:
             row.append(format_gb(e.rule_bytes))
-        row += [format_gb(e.usable_bytes), format_gb(e.headroom_bytes), Text(e.verdict, style=VERDICT_STYLE[e.verdict])]
+        row += [format_gb(e.usable_bytes), "—" if e.cannot else format_gb(e.headroom_bytes),
+                Text(e.verdict, style=VERDICT_STYLE[e.verdict])]
         if not detailed:
-            row.append(bar(e.predicted_bytes, e.usable_bytes))
+            row.append("" if e.cannot else bar(e.predicted_bytes, e.usable_bytes))
         table.add_row(*row)
     console.print(table)
+    reasons: dict[str, list[str]] = {}
+    for e in plan.estimates:
+        if e.cannot:
+            reasons.setdefault(e.cannot, []).append(method_label(e.method, plan.training))
+    for e in plan.estimates:
+        if e.sized_on:
+            print_hanging(f"[yellow]¹ {method_label(e.method, plan.training)}[/] is sized on {e.sized_on}", indent=2)
+    stand = "; the other rows stand" if any(not e.cannot for e in plan.estimates) else ""
+    for reason, labels in reasons.items():
+        print_hanging(f"[yellow]{', '.join(labels)}[/]: {reason}{stand}", indent=2)
     if detailed:
         quantized = " The base is already quantized: LoRA on it is QLoRA (no 16-bit LoRA row)." if model.quantized else ""
         print_hanging("[dim]◀ your run. Estimate: mlxfit's detailed model of mlx-lm's peak, with its range on this "
@@ -223,6 +235,9 @@ def render_plan(plan: Plan, nodes: list[str] | None = None) -> None:
         if why:
             print_hanging(f"[dim]{why}[/]", indent=2)
         render_breakdowns(plan)
+    elif model.architecture is not None:  # built, but mlx-lm can run none of the methods on it
+        print_hanging("[dim]◀ your run. mlx-lm builds this model (its parameters are counted from it) but "
+                      "cannot train it by any method, so nothing is sized.[/]", indent=2)
     else:
         print_hanging("[dim]◀ your run. A bare size has no architecture, so this is the rule of thumb (moderate "
                       "lengths and small batches): LoRA 2 GB per billion parameters + 3 GB, QLoRA 0.7 GB/B + 3, "
@@ -278,16 +293,20 @@ def render_units_note() -> None:
 
 
 def render_breakdowns(plan: Plan) -> None:
-    scale = max([plan.machine.usable_bytes] + [e.predicted_bytes for e in plan.estimates])
+    scale = max([plan.machine.usable_bytes] + [e.predicted_bytes for e in plan.estimates if e.detailed])
     for e in plan.estimates:
+        if e.detailed is None:
+            continue
         line = Text(f"  {method_label(e.method, plan.training):<6}")
         line.append_text(stacked_bar(e.detailed.parts, scale, plan.machine.usable_bytes))
         line.append(f" {format_gb(e.predicted_bytes)}")
         console.print(line)
-    shown = [name for name in PART_STYLES if any(e.detailed.parts.get(name) for e in plan.estimates)]
+    shown = [name for name in PART_STYLES if any(e.detailed.parts.get(name) for e in plan.estimates if e.detailed)]
     legend = [Text.assemble((part_glyph(name), PART_STYLES[name]), " ", name) for name in shown]
     print_fields("", legend, sep="  ", indent=2)
     selected = plan.selected.detailed
+    if selected is None:
+        return
     parts = ", ".join(f"{name} {format_size(n)}" for name, n in selected.parts.items() if n)
     phase = PHASE_WORDS.get(selected.features.get("phase"), "the backward pass")
     print_hanging(f"[dim]  your run peaks during {phase}: {parts}[/]", indent=4)
@@ -307,6 +326,9 @@ def render_remedies(plan: Plan) -> None:
                 render_option(option)
         print_hanging("[dim]Add the flags to your command; probing again confirms the plan. Cheapest first: what "
                       "costs only speed (checkpointing, accumulation), then what changes the training.[/]", indent=0)
+    elif plan.selected.cannot:
+        print_hanging(f"[bold]mlx-lm cannot run {label} on this model, and no change of the remedies below makes it "
+                      "possible.[/]" if plan.remedies else f"[bold]mlx-lm cannot run {label} on this model.[/]", indent=0)
     elif plan.model.architecture is not None:
         print_hanging(f"[bold]{label} does not fit the {usable} budget, and no combination of the remedies "
                       "below (nor a smaller catalog model) makes it fit: it needs a machine with more memory.[/]",

@@ -9,7 +9,7 @@ from rich.text import Text
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
-VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
+VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red", "mlx-lm cannot": "yellow"}
 
 
 def print_hanging(text, indent: int = 9, out: Console | None = None) -> None:
