@@ -167,11 +167,26 @@ def test_cli_measure_json(tmp_path, platform):
 
 
 def test_cli_refuses_a_run_predicted_not_to_fit(tmp_path, platform):
-    platform(LINUX_CPU)
+    from mlxfit.machine import PlatformReadings
+
+    platform(PlatformReadings(system_total=10 * 10**6, system_used=10**6, system_available=9 * 10**6,
+                              backend="cpu", device_info={"architecture": "x86_64", "device_name": "tiny"}))
     folder = Path(small_request(tmp_path)["folder"])
-    result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--num-layers", "-1", "--measure", "--memory", "10MB"])
+    result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--num-layers", "-1", "--measure"])
     assert result.exit_code == 1
     assert "refusing to measure" in result.output and "--force" in result.output
+
+
+def test_a_smaller_planned_budget_is_measured_whole_here_and_judged_against_the_plan(tmp_path, platform):
+    """The run fits this machine: measured whole (safely), judged against --memory's budget."""
+    platform(LINUX_CPU)
+    folder = Path(small_request(tmp_path)["folder"])
+    result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--num-layers", "-1", "--batch-size", "2",
+                                      "--max-seq-length", "64", "--measure", "--memory", "10MB", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["measured"]["method"] == "full"
+    assert data["measured_verdict"]["fits"] is False
 
 
 def test_ctrl_c_stops_the_child_cleanly(tmp_path):

@@ -9,7 +9,16 @@ import click
 
 from ..errors import BadInput, MlxfitError
 from ..model.training import OPTIMIZERS, TrainingConfig
-from .options import CONTEXT_SETTINGS, get_machine, handle_errors, json_option, local_calibration, machine_options, print_json
+from .options import (
+    CONTEXT_SETTINGS,
+    get_machine,
+    handle_errors,
+    json_option,
+    local_calibration,
+    local_usable_bytes,
+    machine_options,
+    print_json,
+)
 
 LIST = "N[,N...]"
 MAX_CHOICES = ("batch_size", "max_seq_length", "batch-size", "max-seq-length")
@@ -120,7 +129,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         backend = backend or machine.backend
     calibration = local_calibration(machine, backend, model)
     # What a measurement may take here: runs predicted over it are measured by slice.
-    local_usable = get_machine(None, None, reserve).usable_bytes if machine.hypothetical else machine.usable_bytes
+    local_usable = local_usable_bytes(machine, reserve)
     base = TrainingConfig(optimizer=optimizer, bits=bits, group_size=group_size)
     trainings = lib.combinations(model, base, sweeps)
     notes = [render_bench.hypothetical_note(machine)] if measuring and machine.hypothetical else []

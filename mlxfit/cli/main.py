@@ -16,6 +16,7 @@ from .options import (
     handle_errors,
     json_option,
     local_calibration,
+    local_usable_bytes,
     machine_options,
     print_json,
 )
@@ -142,7 +143,8 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     advice = gather_advice(plan, stats, machine, backend)
     comparison = None
     if do_measure:
-        comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_, by_slice=by_slice)
+        comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_, by_slice=by_slice,
+                                     local_usable=local_usable_bytes(machine, reserve))
     selected = plan.selected
     host_range = selected.predicted_range_bytes if selected.detailed else None
     host_checks = [h.check(selected.predicted_bytes, host_range) for h in host_list] if host_list else None
@@ -207,19 +209,29 @@ def gather_advice(plan, stats, machine, backend):
     return notes
 
 
-def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
+def run_measurement(plan, force, timeout, steps, quiet, by_slice=False, local_usable=None):
+    """Measure the plan's run here. Whole or slice is decided against what this
+    machine can hold (`local_usable`), whatever budget the plan is for; the
+    measured verdict is judged against the plan's budget."""
     from ..estimate.plan import predict
     from ..machine import mlx_backend
     from ..measure.parent import Comparison, measure, request_for
     from ..render.measurement import measure_progress
+    from ..units import format_size
 
     # Judge the measurement against the estimate for the backend it runs on.
     backend = mlx_backend()
     raw_predicted, _ = predict(plan.model, plan.training, backend, length=plan.length)
     predicted, _ = predict(plan.model, plan.training, backend, plan.calibration, plan.length)
     usable = plan.machine.usable_bytes
-    if plan.model.architecture is not None and (by_slice or (predicted > usable and not force)):
-        measurement = measure_slices(plan, backend, usable, force, timeout, steps, quiet)
+    here = usable if local_usable is None else local_usable
+    if plan.model.architecture is None and predicted > here and not force:
+        raise MlxfitError(
+            f"refusing to measure: the estimate ({format_size(predicted)}) exceeds {_budget_words(plan, here)} and "
+            f"{plan.model.id} has no architecture to measure by slice; change the run or pass --force"
+        )
+    if plan.model.architecture is not None and (by_slice or (predicted > here and not force)):
+        measurement = measure_slices(plan, backend, here, force, timeout, steps, quiet, whole=predicted)
     else:
         request = request_for(plan.model, plan.training, length=plan.length, max_steps=steps)
         with measure_progress(quiet=quiet) as on_event:
@@ -232,8 +244,18 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
     return Comparison(measurement, predicted, usable)
 
 
-def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
-    """A slice of the run: said beforehand, refused where even it would not fit."""
+def _budget_words(plan, here):
+    """The budget a measurement is held to: this machine's, named as such when the plan is for another."""
+    from ..units import format_size
+
+    if plan.machine.hypothetical:
+        return f"this machine's {format_size(here)} budget (the plan's {format_size(plan.machine.usable_bytes)} is for another machine)"
+    return f"the {format_size(here)} budget"
+
+
+def measure_slices(plan, backend, usable, force, timeout, steps, quiet, whole=None):
+    """A slice of the run: said beforehand, refused where even it would not fit.
+    `usable`: what this machine can hold; `whole`: the whole run's estimate."""
     from ..estimate.plan import predict
     from ..measure.slicing import measure_by_slices, plan_slices, slice_training, sliced_model
     from ..render.measurement import measure_progress
@@ -244,20 +266,24 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
         slices = plan_slices(plan.model.architecture, plan.training)
     except MlxfitError as e:
         raise MlxfitError(
-            f"refusing to measure: the estimate exceeds the {format_size(usable)} budget and {e} "
+            f"refusing to measure: the estimate exceeds {_budget_words(plan, usable)} and {e} "
             "(change the run, see the plan without --measure, or pass --force)"
         ) from e
     need = max(predict(sliced_model(plan.model, s), slice_training(plan.training, s), backend, length=plan.length)[0]
                for s in slices.slices)
     if need > usable and not force:
         raise MlxfitError(
-            f"refusing to measure: even the largest slice needs about {format_size(need)}, over the "
-            f"{format_size(usable)} budget; change the run (see the plan without --measure) or pass --force"
+            f"refusing to measure: even the largest slice needs about {format_size(need)}, over "
+            f"{_budget_words(plan, usable)}; change the run (see the plan without --measure) or pass --force"
         )
     if not quiet:
+        why = ""
+        if plan.machine.hypothetical and whole is not None and whole > usable:
+            why = (f"; the whole run (about {format_gb(whole)}) would not fit this machine's {format_gb(usable)} budget, "
+                   "and a measurement runs here")
         print_hanging(
             f"[bold]Slice[/]    measuring {slices.describe()}: {len(slices.slices)} short runs in one process, "
-            f"each about {format_gb(need)} at most, extrapolated to the whole model",
+            f"each about {format_gb(need)} at most, extrapolated to the whole model{why}",
         )
     with measure_progress(quiet=quiet) as on_event:
         return measure_by_slices(plan.model, plan.training, plan.length, steps, timeout=timeout, on_event=on_event)

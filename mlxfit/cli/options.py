@@ -85,6 +85,12 @@ def get_machine(memory, gpu_memory, reserve):
     return build_machine(read_platform(), reserve=reserve, memory=memory, gpu_memory=gpu_memory)
 
 
+def local_usable_bytes(machine, reserve) -> int:
+    """What a measurement may take: this machine's budget, whatever --memory or
+    --gpu-memory plan for (a measurement runs here, not on the planned machine)."""
+    return get_machine(None, None, reserve).usable_bytes if machine.hypothetical else machine.usable_bytes
+
+
 def print_json(data: dict) -> None:
     """JSON on stdout (bytes as integers), without loading the text renderer."""
     import json
