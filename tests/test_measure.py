@@ -218,6 +218,49 @@ def test_ctrl_c_stops_the_child_cleanly(tmp_path):
     assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
 
 
+@pytest.mark.parametrize("signame, sigint_ignored", [
+    ("SIGTERM", False),  # kill, timeout
+    ("SIGHUP", False),  # the terminal closed
+    ("SIGINT", True),  # Ctrl-C to a probe started from a script, with SIGINT inherited ignored
+], ids=["sigterm", "sighup", "sigint-inherited-ignored"])
+def test_every_signal_that_ends_probe_stops_its_child_and_removes_its_folder(tmp_path, signame, sigint_ignored):
+    import signal
+    import time
+
+    import psutil
+
+    sig = getattr(signal, signame)
+    folder = Path(small_request(tmp_path, length=1024, batch_size=8)["folder"])
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    handling = signal.SIG_IGN if sigint_ignored else signal.SIG_DFL
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "mlxfit", "probe", "--model", str(folder), "--num-layers", "-1", "--measure", "--steps", "50"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, handling),
+    )
+    deadline = time.time() + 120
+    children = []
+    while time.time() < deadline and not children:
+        children = psutil.Process(parent.pid).children()
+        time.sleep(0.2)
+    assert children, "the measuring process never started"
+    assert list(scratch.glob("mlxfit-*")), "the measuring process's folder is not under TMPDIR"
+    time.sleep(3)
+    parent.send_signal(sig)
+    try:
+        _, err = parent.communicate(timeout=60)
+    finally:  # a test that fails leaves nothing running
+        for p in [*children, psutil.Process(parent.pid)] if parent.poll() is None else children:
+            if p.is_running():
+                p.kill()
+    assert parent.returncode == 128 + sig  # as a shell reports a command ended by that signal
+    assert "interrupted" in err and "Traceback" not in err
+    assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+    assert list(scratch.glob("mlxfit-*")) == []  # (MLX's own kernel cache may stay there)
+
+
 @pytest.mark.parametrize("optimizer", ["adam", "adafactor"])
 def test_the_update_phase_of_a_wide_full_fine_tune(tmp_path, optimizer):
     """Short sequences, many trainable weights: the peak is the optimizer update's,

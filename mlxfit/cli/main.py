@@ -143,8 +143,16 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     advice = gather_advice(plan, stats, machine, backend)
     comparison = None
     if do_measure:
-        comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_, by_slice=by_slice,
-                                     local_usable=local_usable_bytes(machine, reserve))
+        from ..measure.parent import InterruptWatch, MeasurementInterrupted
+
+        # Ctrl-C, SIGTERM, SIGHUP: the child is stopped and its folder removed, as in bench.
+        with InterruptWatch() as watch:
+            try:
+                comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_,
+                                             by_slice=by_slice, local_usable=local_usable_bytes(machine, reserve))
+            except MeasurementInterrupted as e:
+                e.exit_code = watch.exit_code
+                raise
     selected = plan.selected
     host_range = selected.predicted_range_bytes if selected.detailed else None
     host_checks = [h.check(selected.predicted_bytes, host_range) for h in host_list] if host_list else None
