@@ -189,6 +189,27 @@ def test_a_smaller_planned_budget_is_measured_whole_here_and_judged_against_the_
     assert data["measured_verdict"]["fits"] is False
 
 
+def test_the_measured_verdict_is_on_the_estimates_basis(tmp_path, platform):
+    """A run the estimate says fits, measured to fit by MLX's peak, is not called
+    "does not fit" for the interpreter's own resident memory (which the estimate
+    leaves out): both verdicts count MLX's memory, and the output says so."""
+    platform(LINUX_CPU)
+    folder = Path(small_request(tmp_path)["folder"])
+    args = ["probe", "--model", str(folder), "--num-layers", "-1", "--batch-size", "2", "--max-seq-length", "64",
+            "--measure", "--memory", "60MB"]
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    selected = next(e for e in data["estimates"] if e["selected"])
+    assert selected["verdict"] == "fits"
+    assert data["measured"]["process_peak_bytes"] > data["machine"]["usable_bytes"]  # the interpreter alone is over it
+    judged = data["measured_verdict"]
+    assert judged["basis"] == "peak_with_load" and judged["bytes"] == data["measured"]["peak_with_load_bytes"]
+    assert judged["verdict"] == "fits"
+    text = " ".join(CliRunner().invoke(cli, args).output.split())
+    assert "Measured verdict: fits" in text and "without the process's resident baseline" in text
+
+
 def test_ctrl_c_stops_the_child_cleanly(tmp_path):
     import signal
     import time

@@ -114,7 +114,7 @@ def test_a_sliced_measurement_says_its_figures_are_extrapolated():
     assert "extrapolated from the slices' mx.get_peak_memory()" in text
     assert "slices' own peak 8.03 GB" in text
     assert "resident high-water mark of the slices' process" in text
-    assert "does not fit — 33.43 GB occupied" in text
+    assert "does not fit — 33.43 GB peak with load" in text
 
 
 def test_probe_slices_a_run_that_would_not_fit_here_whatever_memory_plans_for(model_folder, platform):

@@ -349,23 +349,34 @@ class Comparison:
         measured = self.measurement.peak_with_load_bytes
         return round(100.0 * (self.predicted_bytes - measured) / measured, 2)
 
+    # The measured verdict is judged on the estimate's own basis: MLX's peak with the
+    # load (what mlx-lm's trainer reports and the estimate predicts), without the
+    # process's own resident baseline (the interpreter and libraries), which neither
+    # the estimate nor bench's verdicts count.
+    VERDICT_BASIS = "peak_with_load"
+
+    @property
+    def judged_bytes(self) -> int:
+        return self.measurement.peak_with_load_bytes
+
     @property
     def cache_breaks_budget(self) -> bool:
         m = self.measurement
-        return m.occupied_bytes <= self.usable_bytes < m.peak_bytes + m.cache_bytes
+        return self.judged_bytes <= self.usable_bytes < m.peak_bytes + m.cache_bytes
 
     def to_dict(self) -> dict:
         from ..estimate.plan import verdict
 
-        occupied = self.measurement.occupied_bytes
+        judged = self.judged_bytes
         return {
             "measured": self.measurement.to_dict(),
             "predicted_peak_bytes": self.predicted_bytes,
             "error_pct": self.error_pct,
             "measured_verdict": {
-                "bytes": occupied,
-                "verdict": verdict(occupied, self.usable_bytes),
-                "fits": occupied <= self.usable_bytes,
+                "bytes": judged,
+                "basis": self.VERDICT_BASIS,
+                "verdict": verdict(judged, self.usable_bytes),
+                "fits": judged <= self.usable_bytes,
                 "cache_breaks_budget": self.cache_breaks_budget,
             },
         }

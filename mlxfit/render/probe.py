@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ..estimate.plan import Plan
 from ..estimate.rule import METHOD_LABELS
-from ..units import format_count, format_gb, format_gb_range, format_size
+from ..units import GB, format_count, format_gb, format_gb_range, format_size
 from .memory import machine_fields, print_warnings
 from .text import VERDICT_STYLE, console, print_fields, print_hanging, tokens
 
@@ -293,13 +293,27 @@ def render_breakdowns(plan: Plan) -> None:
     print_hanging(f"[dim]  your run peaks during {phase}: {parts}[/]", indent=4)
 
 
+def verdict_words(plan: Plan) -> str:
+    """The selected row's verdict in a sentence that agrees with it: "tight" is a
+    budget inside the range (it may not fit), "does not fit" a range wholly above it."""
+    e = plan.selected
+    label, usable = run_label(plan.training), format_gb(plan.machine.usable_bytes)
+    low, high = e.predicted_range_bytes
+    if e.verdict == "tight":
+        return (f"{label} is tight for the {usable} budget: the budget lies inside the estimate's range "
+                f"({low / GB:.1f}–{high / GB:.1f} GB), so it may not fit")
+    if e.detailed:
+        return f"{label} does not fit the {usable} budget: even the low end of the estimate's range ({format_gb(low)}) is above it"
+    return f"{label} does not fit the {usable} budget"
+
+
 def render_remedies(plan: Plan) -> None:
     if not plan.remedies and not plan.options:
         return
-    label, usable = run_label(plan.training), format_gb(plan.machine.usable_bytes)
+    words = verdict_words(plan)
     if plan.options:
         best, *others = plan.options
-        console.print(f"[bold]{label} does not fit the {usable} budget. The plan that fits at the least cost:[/]")
+        print_hanging(f"[bold]{words}. The plan that fits at the least cost:[/]", indent=0)
         render_option(best)
         if others:
             console.print("[bold]Alternatives:[/]")
@@ -308,11 +322,11 @@ def render_remedies(plan: Plan) -> None:
         print_hanging("[dim]Add the flags to your command; probing again confirms the plan. Cheapest first: what "
                       "costs only speed (checkpointing, accumulation), then what changes the training.[/]", indent=0)
     elif plan.model.architecture is not None:
-        print_hanging(f"[bold]{label} does not fit the {usable} budget, and no combination of the remedies "
+        print_hanging(f"[bold]{words}, and no combination of the remedies "
                       "below (nor a smaller catalog model) makes it fit: it needs a machine with more memory.[/]",
                       indent=0)
     else:
-        console.print(f"[bold]{label} does not fit the {usable} budget. What to change:[/]")
+        print_hanging(f"[bold]{words}. What to change:[/]", indent=0)
     if plan.remedies:
         title = "Each change alone:" if plan.options or plan.model.architecture is not None else None
         if title:

@@ -1,0 +1,44 @@
+"""Every line agrees with the others, and bad input ends in one line, not a traceback."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from mlxfit.cli.main import cli
+
+
+def invoke(*args, env=None):
+    return CliRunner().invoke(cli, list(args), env={"COLUMNS": "80", **(env or {})})
+
+
+def words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def selected(data):
+    return next(e for e in data["estimates"] if e["selected"])
+
+
+# --- one verdict per row, and the words under it agree ---------------------------
+
+
+@pytest.mark.parametrize("args", [
+    ("Qwen/Qwen3-4B", "--memory", "16GB", "--batch-size", "1", "--max-seq-length", "1024"),
+    ("Qwen/Qwen3-14B", "--memory", "128GiB"),
+], ids=["4b-16gb", "14b-128gib"])
+def test_a_tight_row_is_not_called_does_not_fit(args):
+    data = json.loads(invoke("probe", *args, "--json").output)
+    low, high = selected(data)["predicted_range_bytes"]
+    assert selected(data)["verdict"] == "tight" and low <= data["machine"]["usable_bytes"] < high
+    text = words(invoke("probe", *args).output)
+    assert "LoRA does not fit" not in text
+    assert "LoRA is tight for the" in text and "so it may not fit. The plan that fits at the least cost:" in text
+
+
+def test_does_not_fit_means_the_whole_range_is_above_the_budget():
+    data = json.loads(invoke("probe", "Qwen/Qwen3-4B", "--memory", "16GB", "--json").output)
+    assert selected(data)["verdict"] == "does not fit"
+    assert selected(data)["predicted_range_bytes"][0] > data["machine"]["usable_bytes"]
+    text = words(invoke("probe", "Qwen/Qwen3-4B", "--memory", "16GB").output)
+    assert "LoRA does not fit the 12.0 GB budget: even the low end of the estimate's range" in text
