@@ -42,3 +42,19 @@ def test_does_not_fit_means_the_whole_range_is_above_the_budget():
     assert selected(data)["predicted_range_bytes"][0] > data["machine"]["usable_bytes"]
     text = words(invoke("probe", "Qwen/Qwen3-4B", "--memory", "16GB").output)
     assert "LoRA does not fit the 12.0 GB budget: even the low end of the estimate's range" in text
+
+
+# --- bad input: one line, a non-zero exit, nothing lost ---------------------------
+
+
+def test_a_stored_measurement_missing_keys_is_ignored_not_a_crash():
+    from mlxfit.estimate.calibration import measurements_dir
+
+    folder = measurements_dir()
+    folder.mkdir(parents=True)
+    (folder / "broken.json").write_text(json.dumps({"model": "x", "training": {"batch_size": 2}}))
+    (folder / "list.json").write_text("[1, 2]")
+    result = invoke("calibration")
+    assert result.exit_code == 0 and result.exception is None, result.output
+    assert "Stored measurements" in result.output and ": 0" in result.output
+    assert json.loads(invoke("calibration", "--json").output)["measurements"] == []

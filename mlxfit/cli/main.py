@@ -138,7 +138,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     else:
         machine = get_machine(memory, gpu_memory, reserve)
     length = stats.worst_batch_tokens if stats else None
-    plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend, model, training),
+    plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend, model, training, length),
                      length=length, data=stats)
     advice = gather_advice(plan, stats, machine, backend)
     comparison = None
@@ -248,7 +248,7 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False, local_us
         from ..estimate.calibration import architecture_key, record
 
         record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict(),
-               architecture=architecture_key(plan.model))
+               architecture=architecture_key(plan.model), length=plan.length)
     return Comparison(measurement, predicted, usable)
 
 

@@ -98,12 +98,13 @@ def print_json(data: dict) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
-def local_calibration(machine, backend, model, training=None):
+def local_calibration(machine, backend, model, training=None, length=None):
     """Stored measurements correct estimates for this machine's own backend only,
-    and only of the architecture they measured at close settings (with `training`:
-    None unless that run has a close measurement)."""
+    and only of the architecture they measured at close settings (with `training`
+    at `length`, the widest batch of the data: None unless that run has a close
+    measurement)."""
     from ..estimate.calibration import calibration
 
     if machine.hypothetical or (backend and backend != machine.backend) or model.architecture is None:
         return None
-    return calibration(machine.backend, model, training)
+    return calibration(machine.backend, model, training, length)

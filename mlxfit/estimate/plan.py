@@ -244,7 +244,7 @@ def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibratio
     if model.architecture is None:
         return rule_bytes(training.method, model.params), None
     breakdown = estimate(model, training, backend, length, runtime)
-    offset = calibration.offset_for(model, training) if calibration is not None else None
+    offset = calibration.offset_for(model, training, length) if calibration is not None else None
     if offset is not None:
         breakdown = breakdown.with_part(CALIBRATION_PART, offset)
     return breakdown.peak_bytes, breakdown

@@ -94,7 +94,8 @@ def render_calibration(directory, entries: list[dict]) -> None:
         table.add_column(name)
     for e in entries:
         t = e["training"]
-        run = f"{t['fine_tune_type']}{' (q)' if t.get('quantize') else ''} b{t['batch_size']}×{t['max_seq_length']}"
+        width = e.get("length") or t["max_seq_length"]  # the widest batch measured
+        run = f"{t['fine_tune_type']}{' (q)' if t.get('quantize') else ''} b{t['batch_size']}×{width}"
         table.add_row(
             e["model"], e["backend"], run,
             format_size(e["predicted_peak_bytes"]), format_size(e["measured"]["peak_with_load_bytes"]),
