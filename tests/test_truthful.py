@@ -58,3 +58,20 @@ def test_a_stored_measurement_missing_keys_is_ignored_not_a_crash():
     assert result.exit_code == 0 and result.exception is None, result.output
     assert "Stored measurements" in result.output and ": 0" in result.output
     assert json.loads(invoke("calibration", "--json").output)["measurements"] == []
+
+
+def test_a_huge_batch_size_gets_its_plan():
+    """Its accumulation remedies are the divisors of 10^9 (found in pairs up to the
+    square root: walking every number below 10^9 took minutes)."""
+    result = invoke("probe", "Qwen/Qwen3-0.6B", "--batch-size", "1000000000", "--json")
+    assert result.exit_code == 0, result.output
+    flags = [p["flags"] for p in json.loads(result.output)["plan"]]
+    assert any("--grad-accumulation-steps 500000000" in f for f in flags)
+
+
+def test_batch_divisors_are_every_divisor_largest_first():
+    from mlxfit.estimate.remedies import _divisors_down
+
+    for n in range(1, 200):
+        for step in (1, 2, 3):
+            assert _divisors_down(n, step) == [b for b in range(n - 1, 0, -1) if n % b == 0 and b % step == 0]
