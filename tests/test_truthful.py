@@ -75,3 +75,49 @@ def test_batch_divisors_are_every_divisor_largest_first():
     for n in range(1, 200):
         for step in (1, 2, 3):
             assert _divisors_down(n, step) == [b for b in range(n - 1, 0, -1) if n % b == 0 and b % step == 0]
+
+
+LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 16,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
+         "torch_dtype": "float32"}
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"torch_dtype": "float7"}, "'torch_dtype' is 'float7'"),
+    ({"vocab_size": None}, "'vocab_size' is null"),
+    ({"quantization": {"bits": "four", "group_size": 64}}, "'quantization.bits' must be an integer"),
+    ({"quantization": {"bits": 4, "group_size": "big"}}, "'quantization.group_size' must be a positive integer"),
+], ids=["dtype", "vocab-null", "bits-four", "group-size"])
+def test_a_config_value_that_names_nothing_is_refused_by_its_field(model_folder, change, field):
+    result = invoke("probe", "--model", str(model_folder({**LLAMA, **change})))
+    assert result.exit_code == 1 and not isinstance(result.exception, (TypeError, ValueError)), result.output
+    assert result.output.startswith("Error: config.json field ") and field in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_lora_keys_that_name_no_layer_are_refused(model_folder, tmp_path):
+    config = tmp_path / "lora.yaml"
+    config.write_text("lora_parameters:\n  keys: [nonexistent.proj]\n  rank: 8\n  scale: 20.0\n  dropout: 0.0\n")
+    result = invoke("probe", "--model", str(model_folder(LLAMA)), "-c", str(config))
+    assert result.exit_code == 2
+    assert "lora_parameters.keys ['nonexistent.proj']: no layer of" in words(result.output)
+    assert "self_attn.q_proj" in result.output
+    config.write_text("lora_parameters:\n  keys: [nonexistent.proj, self_attn.q_proj]\n  rank: 8\n  scale: 20.0\n  dropout: 0.0\n")
+    data = json.loads(invoke("probe", "--model", str(model_folder(LLAMA, "partly")), "-c", str(config), "--json").output)
+    assert any("nonexistent.proj name no layer" in w for w in data["warnings"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--model", ""), "--model is empty"),
+    (("--slice",), "--slice is about measuring: add --measure"),
+    (("--force",), "--force is about measuring: add --measure"),
+    (("--hostfile", "HOSTFILE", "--memory", "8GB"), "--memory with --hostfile"),
+    (("--hostfile", "HOSTFILE", "--hosts", "3"), "--hosts with --hostfile"),
+], ids=["empty-model", "slice", "force", "hostfile-memory", "hostfile-hosts"])
+def test_inputs_that_were_accepted_without_a_word(tmp_path, args, message):
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text(json.dumps([{"ssh": "a", "memory": "36GB"}, {"ssh": "b", "memory": "36GB"}]))
+    args = [str(hostfile) if a == "HOSTFILE" else a for a in args]
+    result = invoke("probe", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output

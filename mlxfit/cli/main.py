@@ -8,7 +8,7 @@ from dataclasses import replace
 import click
 
 from .. import __version__
-from ..errors import MlxfitError
+from ..errors import BadInput, MlxfitError
 from ..model.training import FINE_TUNE_TYPES, OPTIMIZERS
 from .options import (
     CONTEXT_SETTINGS,
@@ -111,6 +111,13 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     from ..model.runconfig import check_against_model, check_method, one_model, resolve, with_method
 
     model_spec = one_model(model_arg, model_spec)
+    for flag, given in (("--slice", by_slice), ("--force", force)):
+        if given and not do_measure:
+            raise BadInput(f"{flag} is about measuring: add --measure (or leave {flag} out)")
+    if hostfile:
+        for flag, given in (("--memory", memory), ("--gpu-memory", gpu_memory), ("--hosts", training_flags.get("hosts"))):
+            if given is not None:
+                raise BadInput(f"{flag} with --hostfile: the hostfile gives every host and its memory; leave {flag} out")
     host_list = None
     if hostfile:
         from ..estimate.hosts import read_hostfile

@@ -48,6 +48,8 @@ POSITIVE_FIELDS = (
     "max_position_embeddings", "n_layer", "n_embd", "n_head", "d_model", "num_layers", "n_heads",
 )
 # Counts that may be 0 (a dense model of a MoE family).
+# Sizes every model has: null is no size (other fields may be null for "as the default").
+REQUIRED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "n_shared_experts", "num_experts_per_tok")
 
 
@@ -81,6 +83,8 @@ def check_config(config: dict) -> None:
         for name in POSITIVE_FIELDS + COUNT_FIELDS:
             value = c.get(name)
             if value is None:
+                if name in c and name in REQUIRED_FIELDS:
+                    raise MlxfitError(f"config.json field '{where}{name}' is null: it must be a positive integer")
                 continue
             if not _number(value) or value != int(value):
                 raise MlxfitError(f"config.json field '{where}{name}' must be an integer, got {value!r}")
