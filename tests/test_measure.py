@@ -416,3 +416,19 @@ def test_a_child_stopped_from_outside_is_not_called_out_of_memory():
     assert stopped.startswith("the measuring process was stopped (SIGTERM) at step 1") and "memory" not in stopped
     assert "most likely ran out of memory" in _failure_message(-sig.SIGSEGV, None, last, 270 * 10**6, [])
     assert _failure_message(-sig.SIGKILL, None, last, 270 * 10**6, []).startswith("ran out of memory at step 1")
+
+
+def test_a_cache_that_cannot_be_written_loses_no_measurement(tmp_path, monkeypatch, platform):
+    platform(LINUX_CPU)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("MLXFIT_CACHE_DIR", str(blocker / "cache"))  # under a file: no folder can be made
+    folder = Path(small_request(tmp_path)["folder"])
+    args = ["probe", "--model", str(folder), "--num-layers", "-1", "--batch-size", "2", "--max-seq-length", "64", "--measure"]
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["measured"]["peak_with_load_bytes"] > 0
+    assert data["note"].startswith("not stored for calibration: cannot write")
+    text = " ".join(CliRunner().invoke(cli, args).stdout.split())
+    assert "Measured verdict:" in text and "the measurement was not stored for calibration" in text

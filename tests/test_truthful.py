@@ -121,3 +121,16 @@ def test_inputs_that_were_accepted_without_a_word(tmp_path, args, message):
     result = invoke("probe", *args)
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("json_", [False, True], ids=["text", "json"])
+def test_output_to_a_full_disk_is_one_line(json_):
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "mlxfit", "fits", *(["--json"] if json_ else [])],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr == "Error: cannot write the output: No space left on device\n"

@@ -161,19 +161,32 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     if not json_:
         render_bench.render_header(machine, model, trainings[0], varying, out, measuring=measuring)
 
-    rows, resumed, interrupted = [], 0, False
+    rows, resumed, interrupted, written = [], 0, False, 0
+    failed = None  # what could not be written: the sweep stops, and what it measured is still shown
     with render_bench.sweep_progress(len(planned), varying, quiet=json_ or not measuring) as on_event:
         try:
             for row, fresh in lib.run_sweep(model, planned, machine.usable_bytes, backend, stored, timeout, steps, on_event,
                                             local_usable_bytes=local_usable, force=force):
                 rows.append(row)
-                if fresh and log is not None:
-                    log.append(row)
                 resumed += not fresh
+                if fresh and log is not None:
+                    try:
+                        log.append(row)
+                        written += 1
+                    except OSError as e:
+                        failed = (f"--out {out}: cannot write ({e.strerror or e}), so the sweep stopped after {len(rows)} of "
+                                  f"{len(planned)}; the rows above are every one measured, and the {written + resumed} "
+                                  f"written before stay in {out} for --resume" + (" (no plot drawn)" if plot else ""))
+                        break
         except KeyboardInterrupt:
             interrupted = True
-    if plot and rows:
-        render_bench.plot_sweep(rows, varying, machine.usable_bytes, plot, title=f"{model.id} · {backend}")
+    if plot and rows and failed is None:
+        try:
+            render_bench.plot_sweep(rows, varying, machine.usable_bytes, plot, title=f"{model.id} · {backend}")
+        except OSError as e:
+            failed = f"--plot {plot}: cannot write ({e.strerror or e}); the rows above are every one measured" + (
+                f", and they are in {out}" if out else "")
+            plot = None
     if json_:
         print_json({
             "model": model.to_dict(),
@@ -193,6 +206,8 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         render_bench.render_sweep(rows, varying, machine.usable_bytes, interrupted, len(planned))
         if plot and rows:
             console.print(f"Plot written to {plot}")
+    if failed:
+        raise MlxfitError(failed)
     if interrupted:
         ctx.exit(130)
     if any(row.status == lib.UNKNOWN for row in rows):

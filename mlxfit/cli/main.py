@@ -251,12 +251,16 @@ def run_measurement(plan, force, timeout, steps, quiet, by_slice=False, local_us
         request = request_for(plan.model, plan.training, length=plan.length, max_steps=steps)
         with measure_progress(quiet=quiet) as on_event:
             measurement = measure(request, timeout=timeout, on_event=on_event)
+    note = None
     if plan.model.architecture is not None:
-        from ..estimate.calibration import architecture_key, record
+        from ..estimate.calibration import architecture_key, measurements_dir, record
 
-        record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict(),
-               architecture=architecture_key(plan.model), length=plan.length)
-    return Comparison(measurement, predicted, usable)
+        try:
+            record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict(),
+                   architecture=architecture_key(plan.model), length=plan.length)
+        except OSError as e:  # the measurement stands; only its use for calibration is lost
+            note = f"not stored for calibration: cannot write {e.filename or measurements_dir()} ({e.strerror or e})"
+    return Comparison(measurement, predicted, usable, note=note)
 
 
 def _budget_words(plan, here):

@@ -38,14 +38,48 @@ class ReserveParam(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
+def _output_lost() -> bool:
+    """Whether stdout itself cannot be written (a full disk, a closed pipe); then it
+    is pointed at /dev/null, so that Python's own flush at exit fails no more."""
+    import sys
+
+    try:
+        sys.stdout.flush()
+        return False
+    except (OSError, ValueError):
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return True
+
+
 def handle_errors(fn):
-    """Library errors become one line and an exit status; Ctrl-C exits 130;
+    """Library errors become one line and an exit status; Ctrl-C exits 130; a file
+    or the output that cannot be written, one line and exit status 1;
     MLXFIT_DEBUG=1 re-raises."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except BrokenPipeError:
+            _output_lost()  # `| head`: the reader has what it wanted
+            click.get_current_context().exit(1)
+        except OSError as e:
+            if os.environ.get("MLXFIT_DEBUG"):
+                raise
+            import errno
+
+            # A write error with no file named is the output's (a full disk under `> file`).
+            lost = _output_lost() or (e.filename is None and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO))
+            if lost:
+                message = f"cannot write the output: {e.strerror or e}"
+            else:
+                message = f"{e.filename}: {e.strerror or e}" if e.filename else str(e)
+            click.echo(f"Error: {message}", err=True)
+            click.get_current_context().exit(1)
         except KeyboardInterrupt:
             if os.environ.get("MLXFIT_DEBUG"):
                 raise

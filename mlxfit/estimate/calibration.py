@@ -112,7 +112,8 @@ def record(model_id: str, training: dict, backend: str, predicted_bytes: int, me
     `length`: the widest batch of the data it ran (None: max_seq_length), what the
     measurement is then keyed by."""
     import hashlib
-    import tempfile
+
+    from ..files import write_atomically
 
     entry = {
         "model": model_id,
@@ -129,9 +130,7 @@ def record(model_id: str, training: dict, backend: str, predicted_bytes: int, me
     folder = measurements_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (hashlib.sha1(key.encode()).hexdigest()[:16] + ".json")
-    with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
-        json.dump(entry, tmp, indent=2)
-    os.replace(tmp.name, path)
+    write_atomically(path, lambda f: f.write(json.dumps(entry, indent=2).encode()))
     return path
 
 

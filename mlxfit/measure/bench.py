@@ -270,20 +270,22 @@ class CsvLog:
         return rows
 
     def append(self, row: Row) -> None:
+        """Add one row. The file is written anew beside itself and renamed over
+        (mlxfit/files.py), so a full disk leaves the rows before it whole."""
+        import io
+
+        from ..files import write_atomically
+
         self.check()
-        new = self._header() is None
-        if not new:
-            with self.path.open("rb") as f:
-                f.seek(-1, 2)
-                ends_cleanly = f.read(1) == b"\n"
-        with self.path.open("a", newline="") as f:
-            if not new and not ends_cleanly:
-                f.write("\n")
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            if new:
-                writer.writeheader()
-            writer.writerow(row.to_csv())
-            f.flush()
+        before = b"" if self._header() is None else self.path.read_bytes()
+        text = io.StringIO(newline="")
+        if before and not before.endswith(b"\n"):
+            text.write("\n")
+        writer = csv.DictWriter(text, fieldnames=COLUMNS)
+        if not before:
+            writer.writeheader()
+        writer.writerow(row.to_csv())
+        write_atomically(self.path, lambda f: f.write(before + text.getvalue().encode()))
 
 
 # --- the sweep --------------------------------------------------------------

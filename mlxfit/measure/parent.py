@@ -342,6 +342,7 @@ class Comparison:
     measurement: Measurement
     predicted_bytes: int
     usable_bytes: int
+    note: str | None = None  # e.g. why it was not stored for calibration
 
     @property
     def error_pct(self) -> float:
@@ -379,4 +380,5 @@ class Comparison:
                 "fits": judged <= self.usable_bytes,
                 "cache_breaks_budget": self.cache_breaks_budget,
             },
+            **({"note": self.note} if self.note else {}),
         }

@@ -84,6 +84,8 @@ def render_comparison(comparison) -> None:
         f"without the process's resident baseline (the process peak above)",
         indent=2,
     )
+    if comparison.note:
+        print_hanging(f"[yellow]Note[/]     the measurement was {comparison.note}")
     if comparison.cache_breaks_budget:
         console.print(
             "[yellow]The allocator cache is what breaks the budget:[/] cap it with "
