@@ -134,3 +134,15 @@ def test_output_to_a_full_disk_is_one_line(json_):
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stderr == "Error: cannot write the output: No space left on device\n"
+
+
+# --- words that say what the model is ----------------------------------------------
+
+
+def test_an_unknown_model_type_is_not_called_a_bare_size_nor_its_reference_of_this_size(model_folder):
+    text = words(invoke("probe", "--model", str(model_folder({**LLAMA, "model_type": "notamodel"}))).output)
+    assert "A bare size" not in text and "mlx-lm cannot build this model here" in text
+    assert "A real model of this size" not in text
+    assert "The catalog model nearest in size, LiquidAI/LFM2-350M (354M, against this one's" in text
+    sized = words(invoke("probe", "7B").output)
+    assert "A bare size has no architecture" in sized and "A real model of this size, mistralai/Mistral-7B-v0.1" in sized

@@ -224,7 +224,9 @@ def render_plan(plan: Plan, nodes: list[str] | None = None) -> None:
             print_hanging(f"[dim]{why}[/]", indent=2)
         render_breakdowns(plan)
     else:
-        print_hanging("[dim]◀ your run. A bare size has no architecture, so this is the rule of thumb (moderate "
+        what = ("mlx-lm cannot build this model here (the note above says why)" if model.rule_only_reason
+                else "A bare size has no architecture")
+        print_hanging(f"[dim]◀ your run. {what}, so this is the rule of thumb (moderate "
                       "lengths and small batches): LoRA 2 GB per billion parameters + 3 GB, QLoRA 0.7 GB/B + 3, "
                       "full 12 GB/B + 4.[/]", indent=2)
         render_reference(plan)
@@ -247,6 +249,9 @@ def rule_gap(plan: Plan) -> str | None:
             f"× {tokens(width)} the step holds {big}, which the rule's fixed 3-4 GB leaves out.")
 
 
+SAME_SIZE_WITHIN = 1.5  # a catalog model within this factor of the parameters is "of this size"
+
+
 def render_reference(plan: Plan) -> None:
     """A bare size: the detailed estimate of a catalog model of about that size beside the rule."""
     ref = plan.reference
@@ -254,8 +259,14 @@ def render_reference(plan: Plan) -> None:
         return
     training = ref.training
     figures = " · ".join(f"{METHOD_LABELS[m]} {format_gb(b)}" for m, b in ref.estimates.items())
+    ratio = ref.model.params / plan.model.params if plan.model.params else 0
+    if 1 / SAME_SIZE_WITHIN <= ratio <= SAME_SIZE_WITHIN:
+        which = f"A real model of this size, {ref.model.id} ({format_count(ref.model.params)})"
+    else:  # nothing in the catalog is near it: say how far the nearest is
+        which = (f"The catalog model nearest in size, {ref.model.id} ({format_count(ref.model.params)}, "
+                 f"against this one's {format_count(plan.model.params)})")
     print_hanging(
-        f"[dim]A real model of this size, {ref.model.id} ({format_count(ref.model.params)}), by the detailed "
+        f"[dim]{which}, by the detailed "
         f"estimate at batch {training.batch_size} × {tokens(training.max_seq_length)} ({settings_words(training)}) "
         f"on the {ref.backend} backend:[/] {figures}. "
         f"[dim]For a plan with lengths and batches, probe it: --model {ref.model.id}[/]",
