@@ -33,7 +33,8 @@ def test_a_tight_row_is_not_called_does_not_fit(args):
     assert selected(data)["verdict"] == "tight" and low <= data["machine"]["usable_bytes"] < high
     text = words(invoke("probe", *args).output)
     assert "LoRA does not fit" not in text
-    assert "LoRA is tight for the" in text and "so it may not fit. The plan that fits at the least cost:" in text
+    assert "LoRA is tight for the" in text and "so it may not fit" in text
+    assert "The plan that fits at the least cost:" in text
 
 
 def test_does_not_fit_means_the_whole_range_is_above_the_budget():
@@ -41,7 +42,7 @@ def test_does_not_fit_means_the_whole_range_is_above_the_budget():
     assert selected(data)["verdict"] == "does not fit"
     assert selected(data)["predicted_range_bytes"][0] > data["machine"]["usable_bytes"]
     text = words(invoke("probe", "Qwen/Qwen3-4B", "--memory", "16GB").output)
-    assert "LoRA does not fit the 12.0 GB budget: even the low end of the estimate's range" in text
+    assert "LoRA does not fit the 12.0 GB budget with every batch 2,048 tokens long (the worst case): even the low end of the estimate's range" in text
 
 
 # --- bad input: one line, a non-zero exit, nothing lost ---------------------------
@@ -146,3 +147,41 @@ def test_an_unknown_model_type_is_not_called_a_bare_size_nor_its_reference_of_th
     assert "The catalog model nearest in size, LiquidAI/LFM2-350M (354M, against this one's" in text
     sized = words(invoke("probe", "7B").output)
     assert "A bare size has no architecture" in sized and "A real model of this size, mistralai/Mistral-7B-v0.1" in sized
+
+
+# --- the first answer says what fits ----------------------------------------------
+
+
+def test_the_first_screen_names_the_longest_examples_that_fit_per_method():
+    from mlxfit.estimate.lengths import LENGTH_UNIT
+    from dataclasses import replace
+
+    from mlxfit.estimate.plan import predict, training_for
+    from mlxfit.estimate.uncertainty import predicted_range, verdict
+    from mlxfit.model.resolve import resolve_model
+    from mlxfit.model.training import TrainingConfig
+
+    out = invoke("probe", "--model", "Qwen/Qwen3-4B", "--memory", "16GB").output
+    first_screen = words("\n".join(out.splitlines()[:24]))
+    data = json.loads(invoke("probe", "--model", "Qwen/Qwen3-4B", "--memory", "16GB", "--json").output)
+    longest = {f["method"]: f for f in data["longest_examples"]}
+    assert set(longest) == {"lora", "qlora", "full"} and all(f["batch_size"] == 4 for f in longest.values())
+    lora, qlora = longest["lora"]["tokens"], longest["qlora"]["tokens"]
+    assert f"At batch 4, LoRA fits examples up to {lora:,} tokens; QLoRA up to {qlora:,} tokens; full" in first_screen
+    assert "the worst case, every batch 2,048 tokens long" in first_screen
+    # The answer is the estimate's own: that length fits by the row's promise, one unit more does not.
+    model = resolve_model("Qwen/Qwen3-4B")
+    usable, backend = data["machine"]["usable_bytes"], data["backend"]
+    for method, n in (("lora", lora), ("qlora", qlora)):
+        t = training_for(method, TrainingConfig())
+        fits = lambda length: verdict(*predicted_range(predict(model, replace(t, max_seq_length=length), backend)[0], backend), usable) == "fits"  # noqa: E731
+        assert fits(n) and not fits(n + LENGTH_UNIT)
+    # The plan says it too.
+    assert f"with examples up to {lora:,} tokens it fits as it is" in words(out)
+
+
+def test_with_data_or_a_length_given_the_answer_is_the_runs_own():
+    for args in (("--max-seq-length", "2048"),):
+        data = json.loads(invoke("probe", "--model", "Qwen/Qwen3-4B", "--memory", "16GB", *args, "--json").output)
+        assert "longest_examples" not in data
+        assert "fits examples up to" not in invoke("probe", "--model", "Qwen/Qwen3-4B", "--memory", "16GB", *args).output

@@ -148,6 +148,11 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend, model, training, length),
                      length=length, data=stats)
     advice = gather_advice(plan, stats, machine, backend)
+    longest = ()
+    if stats is None and resolved.sources.get("max_seq_length") == "default":
+        from ..estimate.lengths import longest_examples
+
+        longest = longest_examples(plan)  # sized at max_seq_length, every batch is the worst case
     comparison = None
     if do_measure:
         from ..measure.parent import InterruptWatch, MeasurementInterrupted
@@ -176,6 +181,8 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
             out["hosts"] = host_checks
         if comparison is not None:
             out.update(comparison.to_dict())
+        if longest:
+            out["longest_examples"] = [fit.to_dict() for fit in longest]
         print_json(out)
     else:
         from ..render import inputs, measurement, probe as render  # rich, for text only
@@ -187,7 +194,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
         nodes = None
         if host_list:
             nodes = [f"per node: {len(host_list)} hosts in {hostfile}", f"planned for the smallest, {tightest.name}"]
-        render.render_plan(plan, nodes=nodes)
+        render.render_plan(plan, nodes=nodes, longest=longest)
         render.render_advice(advice)
         if host_checks is not None:
             render.render_hosts(host_checks)

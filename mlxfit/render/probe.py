@@ -165,8 +165,10 @@ def run_fields(plan: Plan) -> list[str]:
     return fields
 
 
-def render_plan(plan: Plan, nodes: list[str] | None = None) -> None:
-    """`nodes`: words for a --hostfile run, whose budget is the smallest node's."""
+def render_plan(plan: Plan, nodes: list[str] | None = None, longest=()) -> None:
+    """`nodes`: words for a --hostfile run, whose budget is the smallest node's;
+    `longest`: the longest examples that fit per method (mlxfit/estimate/lengths.py),
+    said beside the worst case when the run has no data and no length of its own."""
     model = plan.model
     machine = machine_fields(plan.machine)
     if nodes:
@@ -214,6 +216,8 @@ def render_plan(plan: Plan, nodes: list[str] | None = None) -> None:
             row.append(bar(e.predicted_bytes, e.usable_bytes))
         table.add_row(*row)
     console.print(table)
+    if longest:
+        print_hanging(longest_words(plan, longest), indent=2)
     if detailed:
         quantized = " The base is already quantized: LoRA on it is QLoRA (no 16-bit LoRA row)." if model.quantized else ""
         print_hanging("[dim]◀ your run. Estimate: mlxfit's detailed model of mlx-lm's peak, with its range on this "
@@ -230,7 +234,7 @@ def render_plan(plan: Plan, nodes: list[str] | None = None) -> None:
                       "lengths and small batches): LoRA 2 GB per billion parameters + 3 GB, QLoRA 0.7 GB/B + 3, "
                       "full 12 GB/B + 4.[/]", indent=2)
         render_reference(plan)
-    render_remedies(plan)
+    render_remedies(plan, longest)
 
 
 RULE_GAP = 2.0  # the estimate this many times the rule gets a word on why
@@ -304,27 +308,59 @@ def render_breakdowns(plan: Plan) -> None:
     print_hanging(f"[dim]  your run peaks during {phase}: {parts}[/]", indent=4)
 
 
-def verdict_words(plan: Plan) -> str:
+def verdict_words(plan: Plan, longest=()) -> str:
     """The selected row's verdict in a sentence that agrees with it: "tight" is a
-    budget inside the range (it may not fit), "does not fit" a range wholly above it."""
+    budget inside the range (it may not fit), "does not fit" a range wholly above it.
+    With `longest` (no data, no length given): at the worst case, and how long the
+    examples may be for it to fit as it is."""
     e = plan.selected
     label, usable = run_label(plan.training), format_gb(plan.machine.usable_bytes)
+    mine = next((f for f in longest if f.method == e.method), None)
+    worst = f" with every batch {tokens(plan.training.max_seq_length)} long (the worst case)" if mine else ""
     low, high = e.predicted_range_bytes
     if e.verdict == "tight":
-        return (f"{label} is tight for the {usable} budget: the budget lies inside the estimate's range "
-                f"({low / GB:.1f}–{high / GB:.1f} GB), so it may not fit")
-    if e.detailed:
-        return f"{label} does not fit the {usable} budget: even the low end of the estimate's range ({format_gb(low)}) is above it"
-    return f"{label} does not fit the {usable} budget"
+        words = (f"{label} is tight for the {usable} budget{worst}: the budget lies inside the estimate's range "
+                 f"({low / GB:.1f}–{high / GB:.1f} GB), so it may not fit")
+    elif e.detailed:
+        words = (f"{label} does not fit the {usable} budget{worst}: even the low end of the estimate's range "
+                 f"({format_gb(low)}) is above it")
+    else:
+        words = f"{label} does not fit the {usable} budget"
+    if mine is not None and mine.tokens is not None:
+        words += f"; with examples up to {tokens(mine.tokens)} it fits as it is"
+    return words
 
 
-def render_remedies(plan: Plan) -> None:
+def fit_words(fit) -> str:
+    """"up to 704 tokens", "every length up to 2,048", "none (not even 32 tokens)"."""
+    from ..estimate.lengths import LENGTH_UNIT
+
+    if fit.tokens is None:
+        return f"none (not even {LENGTH_UNIT} tokens)"
+    if fit.every_length:
+        return f"every length up to {tokens(fit.max_seq_length)}"
+    return f"up to {tokens(fit.tokens)}"
+
+
+def longest_words(plan: Plan, longest) -> str:
+    """The first answer without data: how long the examples may be, per method."""
+    labels = {e.method: method_label(e.method, plan.training) for e in plan.estimates}
+    first, *rest = longest
+    figures = [f"{labels[first.method]} fits examples {fit_words(first)}"]
+    figures += [f"{labels[f.method]} {fit_words(f)}" for f in rest]
+    return (f"[bold]At batch {first.batch_size}, {'; '.join(figures)}.[/] The rows above are the worst case, "
+            f"every batch {tokens(first.max_seq_length)} long: mlx-lm pads a batch only to its longest example, "
+            "so --data sizes your own.")
+
+
+def render_remedies(plan: Plan, longest=()) -> None:
     if not plan.remedies and not plan.options:
         return
-    words = verdict_words(plan)
+    words = verdict_words(plan, longest)
     if plan.options:
         best, *others = plan.options
-        print_hanging(f"[bold]{words}. The plan that fits at the least cost:[/]", indent=0)
+        print_hanging(f"[bold]{words}.[/]", indent=0)
+        console.print("[bold]The plan that fits at the least cost:[/]")
         render_option(best)
         if others:
             console.print("[bold]Alternatives:[/]")
@@ -337,7 +373,8 @@ def render_remedies(plan: Plan) -> None:
                       "below (nor a smaller catalog model) makes it fit: it needs a machine with more memory.[/]",
                       indent=0)
     else:
-        print_hanging(f"[bold]{words}. What to change:[/]", indent=0)
+        print_hanging(f"[bold]{words}.[/]", indent=0)
+        console.print("[bold]What to change:[/]")
     if plan.remedies:
         title = "Each change alone:" if plan.options or plan.model.architecture is not None else None
         if title:
