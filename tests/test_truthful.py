@@ -185,3 +185,18 @@ def test_with_data_or_a_length_given_the_answer_is_the_runs_own():
         data = json.loads(invoke("probe", "--model", "Qwen/Qwen3-4B", "--memory", "16GB", *args, "--json").output)
         assert "longest_examples" not in data
         assert "fits examples up to" not in invoke("probe", "--model", "Qwen/Qwen3-4B", "--memory", "16GB", *args).output
+
+
+def test_fits_takes_the_training_flags_and_shows_one_basis_per_cell():
+    default = json.loads(invoke("fits", "--memory", "16GB", "--json").output)
+    short = json.loads(invoke("fits", "--memory", "16GB", "--batch-size", "1", "--max-seq-length", "512", "--json").output)
+    seven = lambda data: next(r for r in data["rows"] if r["params"] == 7 * 10**9)  # noqa: E731
+    assert (seven(short)["reference"]["batch_size"], seven(short)["reference"]["max_seq_length"]) == (1, 512)
+    assert seven(short)["answer"]["qlora"]["bytes"] < seven(default)["answer"]["qlora"]["bytes"]
+    for row in short["rows"]:
+        for cell in row["answer"].values():
+            assert cell["basis"] == "detailed" and cell["model"] == row["reference"]["model"]
+    text = invoke("fits", "--memory", "16GB").output
+    assert "By the rule of thumb" not in text  # no second verdict beside the detailed one
+    line = next(l for l in text.splitlines() if l.strip().startswith("7B"))
+    assert line.count("✓") + line.count("✗") + line.count("!") == 3 and "fits" not in line

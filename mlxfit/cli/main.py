@@ -316,15 +316,26 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet, whole=No
 
 
 @cli.command()
+@click.option("--num-layers", type=int, help=f"Blocks to train, counted from the last; -1 for all [default: {_default('num_layers')}].")
+@click.option("--batch-size", type=int, help=f"Examples per step [default: {_default('batch_size')}].")
+@click.option("--max-seq-length", type=int, help=f"Longest example in tokens [default: {_default('max_seq_length')}].")
+@click.option("--grad-checkpoint/--no-grad-checkpoint", default=None, help="Recompute activations in the backward pass [default: off].")
+@click.option("--rank", type=int, help=f"LoRA rank [default: {_default('rank')}].")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), help=f"The optimizer, as in mlx_lm.lora [default: {_default('optimizer')}].")
 @machine_options
 @json_option
 @handle_errors
-def fits(memory, gpu_memory, reserve, json_):
-    """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full."""
-    from ..estimate.plan import fits_table
+def fits(memory, gpu_memory, reserve, json_, **training_flags):
+    """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full.
 
+    Each cell is a catalog model of that size by the detailed estimate, at
+    mlx-lm's defaults or the training flags given (as in mlxfit probe)."""
+    from ..estimate.plan import fits_table
+    from ..model.runconfig import resolve
+
+    training = resolve({k: v for k, v in training_flags.items()}, None).training
     machine = get_machine(memory, gpu_memory, reserve)
-    table = fits_table(machine, backend=machine.backend)
+    table = fits_table(machine, backend=machine.backend, training=training)
     if json_:
         print_json(table.to_dict())
     else:
