@@ -182,7 +182,7 @@ def test_a_smaller_planned_budget_is_measured_whole_here_and_judged_against_the_
     platform(LINUX_CPU)
     folder = Path(small_request(tmp_path)["folder"])
     result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--num-layers", "-1", "--batch-size", "2",
-                                      "--max-seq-length", "64", "--measure", "--memory", "10MB", "--json"])
+                                      "--max-seq-length", "64", "--measure", "--memory", "5MB", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["measured"]["method"] == "full"
