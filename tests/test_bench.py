@@ -473,3 +473,62 @@ def test_max_measures_by_slice_the_candidates_this_machine_cannot_hold(small4, f
     assert runs and sliced, runs
     for r in runs:
         assert r["measured_by"] == ("slice" if r["predicted_bytes"] > local_usable else "full"), r
+
+
+# --- a full disk: what was measured is never lost, nothing is half-written -----------
+
+
+def _disk_full_after(monkeypatch, target, good_writes):
+    """The disk fills while `target` is written for the (good_writes + 1)th time: half
+    its bytes reach the file, then the write fails as a full disk fails it."""
+    import errno
+
+    from mlxfit import files
+
+    real, seen = files.write_atomically, []
+
+    def filling(path, write):
+        if str(path) != str(target):
+            return real(path, write)
+        seen.append(path)
+        if len(seen) <= good_writes:
+            return real(path, write)
+
+        def half(f):
+            import io
+
+            buffer = io.BytesIO()
+            write(buffer)
+            f.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        return real(path, half)
+
+    monkeypatch.setattr(files, "write_atomically", filling)
+
+
+def test_a_full_disk_under_out_keeps_every_row_measured(small, fake, tmp_path, monkeypatch):
+    out = tmp_path / "r.csv"
+    _disk_full_after(monkeypatch, out, good_writes=2)
+    fake()
+    result = CliRunner().invoke(cli, ["bench", "--model", small, *SWEEP, "--out", str(out), "--json"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert len(data["rows"]) == 3  # the two written and the one whose write failed
+    assert len(read_csv(out)) == 2  # the file holds the rows written before, whole
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary file left
+    assert result.stderr.startswith("Error: --out") and "No space left on device" in result.stderr
+    assert "--resume" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(not HAVE_MATPLOTLIB, reason="needs mlxfit[plot]")
+def test_a_full_disk_under_plot_keeps_the_results_and_leaves_no_empty_png(small, fake, tmp_path, monkeypatch):
+    out, png = tmp_path / "r.csv", tmp_path / "r.png"
+    _disk_full_after(monkeypatch, png, good_writes=0)
+    fake()
+    result = CliRunner().invoke(cli, ["bench", "--model", small, *SWEEP, "--out", str(out), "--plot", str(png)])
+    assert result.exit_code == 1, result.output
+    assert not png.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert len(read_csv(out)) == 6 and "measured" in result.stdout
+    last = result.stderr.strip().splitlines()[-1]  # after the progress lines
+    assert last.startswith("Error: --plot") and "No space left on device" in last

@@ -173,11 +173,47 @@ def test_cli_measure_json(tmp_path, platform):
 
 
 def test_cli_refuses_a_run_predicted_not_to_fit(tmp_path, platform):
-    platform(LINUX_CPU)
+    from mlxfit.machine import PlatformReadings
+
+    platform(PlatformReadings(system_total=10 * 10**6, system_used=10**6, system_available=9 * 10**6,
+                              backend="cpu", device_info={"architecture": "x86_64", "device_name": "tiny"}))
     folder = Path(small_request(tmp_path)["folder"])
-    result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--num-layers", "-1", "--measure", "--memory", "10MB"])
+    result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--num-layers", "-1", "--measure"])
     assert result.exit_code == 1
     assert "refusing to measure" in result.output and "--force" in result.output
+
+
+def test_a_smaller_planned_budget_is_measured_whole_here_and_judged_against_the_plan(tmp_path, platform):
+    """The run fits this machine: measured whole (safely), judged against --memory's budget."""
+    platform(LINUX_CPU)
+    folder = Path(small_request(tmp_path)["folder"])
+    result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--num-layers", "-1", "--batch-size", "2",
+                                      "--max-seq-length", "64", "--measure", "--memory", "5MB", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["measured"]["method"] == "full"
+    assert data["measured_verdict"]["fits"] is False
+
+
+def test_the_measured_verdict_is_on_the_estimates_basis(tmp_path, platform):
+    """A run the estimate says fits, measured to fit by MLX's peak, is not called
+    "does not fit" for the interpreter's own resident memory (which the estimate
+    leaves out): both verdicts count MLX's memory, and the output says so."""
+    platform(LINUX_CPU)
+    folder = Path(small_request(tmp_path)["folder"])
+    args = ["probe", "--model", str(folder), "--num-layers", "-1", "--batch-size", "2", "--max-seq-length", "64",
+            "--measure", "--memory", "60MB"]
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    selected = next(e for e in data["estimates"] if e["selected"])
+    assert selected["verdict"] == "fits"
+    assert data["measured"]["process_peak_bytes"] > data["machine"]["usable_bytes"]  # the interpreter alone is over it
+    judged = data["measured_verdict"]
+    assert judged["basis"] == "peak_with_load" and judged["bytes"] == data["measured"]["peak_with_load_bytes"]
+    assert judged["verdict"] == "fits"
+    text = " ".join(CliRunner().invoke(cli, args).output.split())
+    assert "Measured verdict: fits" in text and "without the process's resident baseline" in text
 
 
 def test_ctrl_c_stops_the_child_cleanly(tmp_path):
@@ -207,6 +243,49 @@ def test_ctrl_c_stops_the_child_cleanly(tmp_path):
     assert parent.returncode == 130  # 128 + SIGINT, as a shell reports Ctrl-C
     assert "interrupted" in err and "Traceback" not in err
     assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+
+
+@pytest.mark.parametrize("signame, sigint_ignored", [
+    ("SIGTERM", False),  # kill, timeout
+    ("SIGHUP", False),  # the terminal closed
+    ("SIGINT", True),  # Ctrl-C to a probe started from a script, with SIGINT inherited ignored
+], ids=["sigterm", "sighup", "sigint-inherited-ignored"])
+def test_every_signal_that_ends_probe_stops_its_child_and_removes_its_folder(tmp_path, signame, sigint_ignored):
+    import signal
+    import time
+
+    import psutil
+
+    sig = getattr(signal, signame)
+    folder = Path(small_request(tmp_path, length=1024, batch_size=8)["folder"])
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    handling = signal.SIG_IGN if sigint_ignored else signal.SIG_DFL
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "mlxfit", "probe", "--model", str(folder), "--num-layers", "-1", "--measure", "--steps", "50"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, handling),
+    )
+    deadline = time.time() + 120
+    children = []
+    while time.time() < deadline and not children:
+        children = psutil.Process(parent.pid).children()
+        time.sleep(0.2)
+    assert children, "the measuring process never started"
+    assert list(scratch.glob("mlxfit-*")), "the measuring process's folder is not under TMPDIR"
+    time.sleep(3)
+    parent.send_signal(sig)
+    try:
+        _, err = parent.communicate(timeout=60)
+    finally:  # a test that fails leaves nothing running
+        for p in [*children, psutil.Process(parent.pid)] if parent.poll() is None else children:
+            if p.is_running():
+                p.kill()
+    assert parent.returncode == 128 + sig  # as a shell reports a command ended by that signal
+    assert "interrupted" in err and "Traceback" not in err
+    assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+    assert list(scratch.glob("mlxfit-*")) == []  # (MLX's own kernel cache may stay there)
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "adafactor"])
@@ -343,3 +422,19 @@ def test_a_child_stopped_from_outside_is_not_called_out_of_memory():
     assert stopped.startswith("the measuring process was stopped (SIGTERM) at step 1") and "memory" not in stopped
     assert "most likely ran out of memory" in _failure_message(-sig.SIGSEGV, None, last, 270 * 10**6, [])
     assert _failure_message(-sig.SIGKILL, None, last, 270 * 10**6, []).startswith("ran out of memory at step 1")
+
+
+def test_a_cache_that_cannot_be_written_loses_no_measurement(tmp_path, monkeypatch, platform):
+    platform(LINUX_CPU)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("MLXFIT_CACHE_DIR", str(blocker / "cache"))  # under a file: no folder can be made
+    folder = Path(small_request(tmp_path)["folder"])
+    args = ["probe", "--model", str(folder), "--num-layers", "-1", "--batch-size", "2", "--max-seq-length", "64", "--measure"]
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["measured"]["peak_with_load_bytes"] > 0
+    assert data["note"].startswith("not stored for calibration: cannot write")
+    text = " ".join(CliRunner().invoke(cli, args).stdout.split())
+    assert "Measured verdict:" in text and "the measurement was not stored for calibration" in text

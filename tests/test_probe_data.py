@@ -108,3 +108,21 @@ def test_data_width_on_the_run_line_and_plans_keep_the_long_tail(model_with_toke
         words = flags.split()
         if "--max-seq-length" in words:
             assert int(words[words.index("--max-seq-length") + 1]) >= floor
+
+
+def test_a_measurement_with_data_is_keyed_by_its_widest_batch(model_with_tokenizer, data_folder, platform):
+    """A measurement of batch 2 × the data's widest batch corrects runs of about that
+    many tokens, not a run at max_seq_length (several times the tokens)."""
+    platform(LINUX_CPU)
+    common = ["--model", str(model_with_tokenizer), "--num-layers", "-1", "--batch-size", "2"]
+    measured = probe_json(*common, "--data", str(data_folder), "--max-seq-length", "2048", "--measure")
+    width = measured["data"]["worst_batch_tokens"]
+    assert 4 * width <= 2048  # the data is far shorter than max_seq_length
+    listing = CliRunner().invoke(cli, ["calibration", "--json"])
+    (entry,) = json.loads(listing.output)["measurements"]
+    assert entry["length"] == width
+    text = " ".join(CliRunner().invoke(cli, ["calibration"], env={"COLUMNS": "120"}).output.split())
+    assert f"b2×{width}" in text
+    assert probe_json(*common, "--max-seq-length", "2048")["calibration"] is None  # 4x the tokens and more
+    assert probe_json(*common, "--max-seq-length", str(width))["calibration"]["measurements"] == 1
+    assert probe_json(*common, "--data", str(data_folder), "--max-seq-length", "2048")["calibration"]["measurements"] == 1

@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from mlxfit.cli.main import cli
 from mlxfit.errors import MlxfitError
+from mlxfit.machine import PlatformReadings
 from mlxfit.measure.parent import measure, request_for
 from mlxfit.measure.slicing import Slice, SlicePlan, measure_by_slices, period, plan_slices
 from mlxfit.model.resolve import _from_config, from_catalog
@@ -77,13 +78,16 @@ def test_slice_agrees_with_a_full_measurement(flags, batch, length):
     assert [s["blocks"] for s in sliced.slice["blocks"]] == [1, 3, 2] and len(sliced.slice["peaks_bytes"]) == 3
 
 
-def test_probe_measures_by_slice_a_run_that_would_not_fit(model_folder, platform, tmp_path):
-    from conftest import LINUX_CPU
+# A machine whose budget (0.2 GB) the LLAMA16 run below (about 0.24 GB) does not fit.
+SMALL_HERE = PlatformReadings(system_total=300 * 10**6, system_used=50 * 10**6, system_available=250 * 10**6,
+                              backend="cpu", device_info={"architecture": "x86_64", "device_name": "tiny"})
 
-    platform(LINUX_CPU)
+
+def test_probe_measures_by_slice_a_run_that_would_not_fit(model_folder, platform, tmp_path):
+    platform(SMALL_HERE)
     folder = model_folder(LLAMA16)
     args = ["probe", "--model", str(folder), "--batch-size", "2", "--max-seq-length", "256", "--num-layers", "8",
-            "--memory", "0.3GB", "--backend", "cpu", "--measure", "--json"]
+            "--backend", "cpu", "--measure", "--json"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     measured = json.loads(result.output)["measured"]
@@ -110,4 +114,20 @@ def test_a_sliced_measurement_says_its_figures_are_extrapolated():
     assert "extrapolated from the slices' mx.get_peak_memory()" in text
     assert "slices' own peak 8.03 GB" in text
     assert "resident high-water mark of the slices' process" in text
-    assert "does not fit — 33.43 GB occupied" in text
+    assert "does not fit — 33.43 GB peak with load" in text
+
+
+def test_probe_slices_a_run_that_would_not_fit_here_whatever_memory_plans_for(model_folder, platform):
+    """--memory plans for another machine; the measurement runs on this one, so
+    whole or slice is decided by this machine's budget (as bench decides it)."""
+    platform(SMALL_HERE)
+    folder = model_folder(LLAMA16)
+    args = ["probe", "--model", str(folder), "--batch-size", "2", "--max-seq-length", "256", "--num-layers", "8",
+            "--memory", "128GB", "--backend", "cpu", "--measure"]
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["measured"]["method"] == "slice"
+    assert data["measured_verdict"]["verdict"] == "fits"  # judged against the plan's 128 GB budget
+    text = CliRunner().invoke(cli, args).output
+    assert "would not fit this machine's" in " ".join(text.split())

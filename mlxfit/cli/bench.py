@@ -9,7 +9,16 @@ import click
 
 from ..errors import BadInput, MlxfitError
 from ..model.training import OPTIMIZERS, TrainingConfig
-from .options import CONTEXT_SETTINGS, get_machine, handle_errors, json_option, local_calibration, machine_options, print_json
+from .options import (
+    CONTEXT_SETTINGS,
+    get_machine,
+    handle_errors,
+    json_option,
+    local_calibration,
+    local_usable_bytes,
+    machine_options,
+    print_json,
+)
 
 LIST = "N[,N...]"
 MAX_CHOICES = ("batch_size", "max_seq_length", "batch-size", "max-seq-length")
@@ -120,7 +129,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         backend = backend or machine.backend
     calibration = local_calibration(machine, backend, model)
     # What a measurement may take here: runs predicted over it are measured by slice.
-    local_usable = get_machine(None, None, reserve).usable_bytes if machine.hypothetical else machine.usable_bytes
+    local_usable = local_usable_bytes(machine, reserve)
     base = TrainingConfig(optimizer=optimizer, bits=bits, group_size=group_size)
     trainings = lib.combinations(model, base, sweeps)
     notes = [render_bench.hypothetical_note(machine)] if measuring and machine.hypothetical else []
@@ -152,19 +161,32 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     if not json_:
         render_bench.render_header(machine, model, trainings[0], varying, out, measuring=measuring)
 
-    rows, resumed, interrupted = [], 0, False
+    rows, resumed, interrupted, written = [], 0, False, 0
+    failed = None  # what could not be written: the sweep stops, and what it measured is still shown
     with render_bench.sweep_progress(len(planned), varying, quiet=json_ or not measuring) as on_event:
         try:
             for row, fresh in lib.run_sweep(model, planned, machine.usable_bytes, backend, stored, timeout, steps, on_event,
                                             local_usable_bytes=local_usable, force=force):
                 rows.append(row)
-                if fresh and log is not None:
-                    log.append(row)
                 resumed += not fresh
+                if fresh and log is not None:
+                    try:
+                        log.append(row)
+                        written += 1
+                    except OSError as e:
+                        failed = (f"--out {out}: cannot write ({e.strerror or e}), so the sweep stopped after {len(rows)} of "
+                                  f"{len(planned)}; the rows above are every one measured, and the {written + resumed} "
+                                  f"written before stay in {out} for --resume" + (" (no plot drawn)" if plot else ""))
+                        break
         except KeyboardInterrupt:
             interrupted = True
-    if plot and rows:
-        render_bench.plot_sweep(rows, varying, machine.usable_bytes, plot, title=f"{model.id} · {backend}")
+    if plot and rows and failed is None:
+        try:
+            render_bench.plot_sweep(rows, varying, machine.usable_bytes, plot, title=f"{model.id} · {backend}")
+        except OSError as e:
+            failed = f"--plot {plot}: cannot write ({e.strerror or e}); the rows above are every one measured" + (
+                f", and they are in {out}" if out else "")
+            plot = None
     if json_:
         print_json({
             "model": model.to_dict(),
@@ -184,6 +206,8 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         render_bench.render_sweep(rows, varying, machine.usable_bytes, interrupted, len(planned))
         if plot and rows:
             console.print(f"Plot written to {plot}")
+    if failed:
+        raise MlxfitError(failed)
     if interrupted:
         ctx.exit(130)
     if any(row.status == lib.UNKNOWN for row in rows):

@@ -8,7 +8,7 @@ from dataclasses import replace
 import click
 
 from .. import __version__
-from ..errors import MlxfitError
+from ..errors import BadInput, MlxfitError
 from ..model.training import FINE_TUNE_TYPES, OPTIMIZERS
 from .options import (
     CONTEXT_SETTINGS,
@@ -16,6 +16,7 @@ from .options import (
     handle_errors,
     json_option,
     local_calibration,
+    local_usable_bytes,
     machine_options,
     print_json,
 )
@@ -119,6 +120,13 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     from ..model.runconfig import check_against_model, check_method, one_model, resolve, with_method
 
     model_spec = one_model(model_arg, model_spec)
+    for flag, given in (("--slice", by_slice), ("--force", force)):
+        if given and not do_measure:
+            raise BadInput(f"{flag} is about measuring: add --measure (or leave {flag} out)")
+    if hostfile:
+        for flag, given in (("--memory", memory), ("--gpu-memory", gpu_memory), ("--hosts", training_flags.get("hosts"))):
+            if given is not None:
+                raise BadInput(f"{flag} with --hostfile: the hostfile gives every host and its memory; leave {flag} out")
     host_list = None
     if hostfile:
         from ..estimate.hosts import read_hostfile
@@ -146,7 +154,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     else:
         machine = get_machine(memory, gpu_memory, reserve)
     length = stats.worst_batch_tokens if stats else None
-    plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend, model, training),
+    plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend, model, training, length),
                      length=length, data=stats)
     advice = gather_advice(plan, stats, machine, backend)
     validation = None
@@ -156,9 +164,23 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
         validation = validation_moment(model, training, valid_stats.worst_batch_tokens, valid_stats.examples,
                                        plan.selected.predicted_bytes, plan.selected.detailed.backend,
                                        int(resolved.other.get("val_batches", VAL_BATCHES)))
+    longest = ()
+    if stats is None and resolved.sources.get("max_seq_length") == "default":
+        from ..estimate.lengths import longest_examples
+
+        longest = longest_examples(plan)  # sized at max_seq_length, every batch is the worst case
     comparison = None
     if do_measure:
-        comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_, by_slice=by_slice)
+        from ..measure.parent import InterruptWatch, MeasurementInterrupted
+
+        # Ctrl-C, SIGTERM, SIGHUP: the child is stopped and its folder removed, as in bench.
+        with InterruptWatch() as watch:
+            try:
+                comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, quiet=json_,
+                                             by_slice=by_slice, local_usable=local_usable_bytes(machine, reserve))
+            except MeasurementInterrupted as e:
+                e.exit_code = watch.exit_code
+                raise
     selected = plan.selected
     host_range = selected.predicted_range_bytes if selected.detailed else None
     host_checks = [h.check(selected.predicted_bytes, host_range) for h in host_list] if host_list else None
@@ -179,6 +201,8 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
             out["hosts"] = host_checks
         if comparison is not None:
             out.update(comparison.to_dict())
+        if longest:
+            out["longest_examples"] = [fit.to_dict() for fit in longest]
         print_json(out)
     else:
         from ..render import inputs, measurement, probe as render  # rich, for text only
@@ -192,7 +216,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
         nodes = None
         if host_list:
             nodes = [f"per node: {len(host_list)} hosts in {hostfile}", f"planned for the smallest, {tightest.name}"]
-        render.render_plan(plan, nodes=nodes)
+        render.render_plan(plan, nodes=nodes, longest=longest)
         render.render_advice(advice)
         if host_checks is not None:
             render.render_hosts(host_checks)
@@ -227,33 +251,47 @@ def gather_advice(plan, stats, machine, backend):
     return notes
 
 
-def run_measurement(plan, force, timeout, steps, quiet, by_slice=False):
+def run_measurement(plan, force, timeout, steps, quiet, by_slice=False, local_usable=None):
+    """Measure the plan's run here. Whole or slice is decided against what this
+    machine can hold (`local_usable`), whatever budget the plan is for; the
+    measured verdict is judged against the plan's budget."""
     from ..estimate.plan import predict
     from ..machine import mlx_backend
     from ..measure.parent import Comparison, measure, request_for
     from ..render.measurement import measure_progress
+    from ..units import format_size
 
     # Judge the measurement against the estimate for the backend it runs on.
     backend = mlx_backend()
     raw_predicted, _ = predict(plan.model, plan.training, backend, length=plan.length)
     predicted, _ = predict(plan.model, plan.training, backend, plan.calibration, plan.length)
     usable = plan.machine.usable_bytes
-    if plan.model.architecture is not None and (by_slice or (predicted > usable and not force)):
-        measurement = measure_slices(plan, backend, usable, force, timeout, steps, quiet)
+    here = usable if local_usable is None else local_usable
+    if plan.model.architecture is None and predicted > here and not force:
+        raise MlxfitError(
+            f"refusing to measure: the estimate ({format_size(predicted)}) exceeds {_budget_words(plan, here)} and "
+            f"{plan.model.id} has no architecture to measure by slice; change the run or pass --force"
+        )
+    if plan.model.architecture is not None and (by_slice or (predicted > here and not force)):
+        measurement = measure_slices(plan, backend, here, force, timeout, steps, quiet, whole=predicted)
     else:
         expected_duration(plan, timeout, steps, quiet)  # stops before building when past --timeout
         request = request_for(plan.model, plan.training, length=plan.length, max_steps=steps)
         with measure_progress(quiet=quiet) as on_event:
             measurement = measure(request, timeout=timeout, on_event=on_event)
+    note = None
     if plan.model.architecture is not None:
-        from ..estimate.calibration import architecture_key, record
+        from ..estimate.calibration import architecture_key, measurements_dir, record
 
-        record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict(),
-               architecture=architecture_key(plan.model), length=plan.length or plan.training.max_seq_length,
-               machine=None if plan.machine.hypothetical else {"device_name": plan.machine.device_name,
-                                                               "total_bytes": plan.machine.total_bytes},
-               config=plan.model.config if plan.model.source == "local" else None)
-    return Comparison(measurement, predicted, usable)
+        try:
+            record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict(),
+                   architecture=architecture_key(plan.model), length=plan.length,
+                   machine=None if plan.machine.hypothetical else {"device_name": plan.machine.device_name,
+                                                                   "total_bytes": plan.machine.total_bytes},
+                   config=plan.model.config if plan.model.source == "local" else None)
+        except OSError as e:  # the measurement stands; only its use for calibration is lost
+            note = f"not stored for calibration: cannot write {e.filename or measurements_dir()} ({e.strerror or e})"
+    return Comparison(measurement, predicted, usable, note=note)
 
 
 def expected_duration(plan, timeout, steps, quiet, slices=None):
@@ -287,8 +325,18 @@ def expected_duration(plan, timeout, steps, quiet, slices=None):
         render_expectation(expectation)
 
 
-def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
-    """A slice of the run: said beforehand, refused where even it would not fit."""
+def _budget_words(plan, here):
+    """The budget a measurement is held to: this machine's, named as such when the plan is for another."""
+    from ..units import format_size
+
+    if plan.machine.hypothetical:
+        return f"this machine's {format_size(here)} budget (the plan's {format_size(plan.machine.usable_bytes)} is for another machine)"
+    return f"the {format_size(here)} budget"
+
+
+def measure_slices(plan, backend, usable, force, timeout, steps, quiet, whole=None):
+    """A slice of the run: said beforehand, refused where even it would not fit.
+    `usable`: what this machine can hold; `whole`: the whole run's estimate."""
     from ..estimate.plan import predict
     from ..measure.slicing import measure_by_slices, plan_slices, slice_training, sliced_model
     from ..render.measurement import measure_progress
@@ -299,20 +347,24 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
         slices = plan_slices(plan.model.architecture, plan.training)
     except MlxfitError as e:
         raise MlxfitError(
-            f"refusing to measure: the estimate exceeds the {format_size(usable)} budget and {e} "
+            f"refusing to measure: the estimate exceeds {_budget_words(plan, usable)} and {e} "
             "(change the run, see the plan without --measure, or pass --force)"
         ) from e
     need = max(predict(sliced_model(plan.model, s), slice_training(plan.training, s), backend, length=plan.length)[0]
                for s in slices.slices)
     if need > usable and not force:
         raise MlxfitError(
-            f"refusing to measure: even the largest slice needs about {format_size(need)}, over the "
-            f"{format_size(usable)} budget; change the run (see the plan without --measure) or pass --force"
+            f"refusing to measure: even the largest slice needs about {format_size(need)}, over "
+            f"{_budget_words(plan, usable)}; change the run (see the plan without --measure) or pass --force"
         )
     if not quiet:
+        why = ""
+        if plan.machine.hypothetical and whole is not None and whole > usable:
+            why = (f"; the whole run (about {format_gb(whole)}) would not fit this machine's {format_gb(usable)} budget, "
+                   "and a measurement runs here")
         print_hanging(
             f"[bold]Slice[/]    measuring {slices.describe()}: {len(slices.slices)} short runs in one process, "
-            f"each about {format_gb(need)} at most, extrapolated to the whole model",
+            f"each about {format_gb(need)} at most, extrapolated to the whole model{why}",
         )
     expected_duration(plan, timeout, steps, quiet, slices)
     with measure_progress(quiet=quiet) as on_event:
@@ -320,20 +372,32 @@ def measure_slices(plan, backend, usable, force, timeout, steps, quiet):
 
 
 @cli.command()
+@click.option("--num-layers", type=int, help=f"Blocks to train, counted from the last; -1 for all [default: {_default('num_layers')}].")
+@click.option("--batch-size", type=int, help=f"Examples per step [default: {_default('batch_size')}].")
+@click.option("--max-seq-length", type=int, help=f"Longest example in tokens [default: {_default('max_seq_length')}].")
+@click.option("--grad-checkpoint/--no-grad-checkpoint", default=None, help="Recompute activations in the backward pass [default: off].")
+@click.option("--rank", type=int, help=f"LoRA rank [default: {_default('rank')}].")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), help=f"The optimizer, as in mlx_lm.lora [default: {_default('optimizer')}].")
 @machine_options
 @json_option
 @handle_errors
-def fits(memory, gpu_memory, reserve, json_):
+def fits(memory, gpu_memory, reserve, json_, **training_flags):
     """What fits on this machine: model sizes 0.5B-70B by LoRA, QLoRA and full.
+
+    Each cell is a catalog model of that size by the detailed estimate, at
+    mlx-lm's defaults or the training flags given (as in mlxfit probe).
 
     \b
     Example:
       mlxfit fits --memory 36GiB                    # a Mac sold as 36GB
+      mlxfit fits --memory 16GiB --batch-size 1 --max-seq-length 1024
     """
     from ..estimate.plan import fits_table
+    from ..model.runconfig import resolve
 
+    training = resolve({k: v for k, v in training_flags.items()}, None).training
     machine = get_machine(memory, gpu_memory, reserve)
-    table = fits_table(machine, backend=machine.backend)
+    table = fits_table(machine, backend=machine.backend, training=training)
     if json_:
         print_json(table.to_dict())
     else:

@@ -38,14 +38,48 @@ class ReserveParam(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
+def _output_lost() -> bool:
+    """Whether stdout itself cannot be written (a full disk, a closed pipe); then it
+    is pointed at /dev/null, so that Python's own flush at exit fails no more."""
+    import sys
+
+    try:
+        sys.stdout.flush()
+        return False
+    except (OSError, ValueError):
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return True
+
+
 def handle_errors(fn):
-    """Library errors become one line and an exit status; Ctrl-C exits 130;
+    """Library errors become one line and an exit status; Ctrl-C exits 130; a file
+    or the output that cannot be written, one line and exit status 1;
     MLXFIT_DEBUG=1 re-raises."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except BrokenPipeError:
+            _output_lost()  # `| head`: the reader has what it wanted
+            click.get_current_context().exit(1)
+        except OSError as e:
+            if os.environ.get("MLXFIT_DEBUG"):
+                raise
+            import errno
+
+            # A write error with no file named is the output's (a full disk under `> file`).
+            lost = _output_lost() or (e.filename is None and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO))
+            if lost:
+                message = f"cannot write the output: {e.strerror or e}"
+            else:
+                message = f"{e.filename}: {e.strerror or e}" if e.filename else str(e)
+            click.echo(f"Error: {message}", err=True)
+            click.get_current_context().exit(1)
         except KeyboardInterrupt:
             if os.environ.get("MLXFIT_DEBUG"):
                 raise
@@ -85,6 +119,12 @@ def get_machine(memory, gpu_memory, reserve):
     return build_machine(read_platform(), reserve=reserve, memory=memory, gpu_memory=gpu_memory)
 
 
+def local_usable_bytes(machine, reserve) -> int:
+    """What a measurement may take: this machine's budget, whatever --memory or
+    --gpu-memory plan for (a measurement runs here, not on the planned machine)."""
+    return get_machine(None, None, reserve).usable_bytes if machine.hypothetical else machine.usable_bytes
+
+
 def print_json(data: dict) -> None:
     """JSON on stdout (bytes as integers), without loading the text renderer."""
     import json
@@ -92,12 +132,13 @@ def print_json(data: dict) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
-def local_calibration(machine, backend, model, training=None):
+def local_calibration(machine, backend, model, training=None, length=None):
     """Stored measurements correct estimates for this machine's own backend only,
-    and only of the architecture they measured at close settings (with `training`:
-    None unless that run has a close measurement)."""
+    and only of the architecture they measured at close settings (with `training`
+    at `length`, the widest batch of the data: None unless that run has a close
+    measurement)."""
     from ..estimate.calibration import calibration
 
     if machine.hypothetical or (backend and backend != machine.backend) or model.architecture is None:
         return None
-    return calibration(machine.backend, model, training)
+    return calibration(machine.backend, model, training, length)

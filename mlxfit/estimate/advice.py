@@ -56,13 +56,16 @@ def growth_advice(plan: Plan, measurements: list[dict]) -> list[str]:
             continue
         if t.get("quantize") != training.quantize:
             continue
-        smaller = t.get("batch_size", 0) <= training.batch_size and t.get("max_seq_length", 0) <= training.max_seq_length
-        bigger = (t.get("batch_size"), t.get("max_seq_length")) != (training.batch_size, training.max_seq_length)
+        # What was measured and what runs: batch × the widest batch (max_seq_length without data).
+        was = m.get("length") or t.get("max_seq_length", 0)
+        now = min(plan.length, training.max_seq_length) if plan.length else training.max_seq_length
+        smaller = t.get("batch_size", 0) <= training.batch_size and was <= now
+        bigger = (t.get("batch_size"), was) != (training.batch_size, now)
         if smaller and bigger:
             measured = m["measured"]["peak_with_load_bytes"]
             notes.append(
-                f"batch {t['batch_size']} × {t['max_seq_length']} was measured at {format_gb(measured, 2)}; "
-                f"this run (batch {training.batch_size} × {training.max_seq_length}) needs more "
+                f"batch {t['batch_size']} × {was} was measured at {format_gb(measured, 2)}; "
+                f"this run (batch {training.batch_size} × {now}) needs more "
                 f"({format_gb(plan.selected.predicted_bytes, 2)} predicted): a run that fit says little about a bigger one, "
                 "measure it again (--measure)"
             )

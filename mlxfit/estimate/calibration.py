@@ -48,13 +48,26 @@ def architecture_key(model) -> dict:
     return {k: data.get(k) for k in ("model_type", "params", "bits", "dtype", "group_size")}
 
 
-def close(stored_training: dict, training: dict) -> bool:
-    """Whether a measurement of `stored_training` may correct an estimate of `training`."""
+def tokens(training: dict, length: int | None = None) -> int:
+    """The tokens of one step as run: batch_size times the width its batch is padded
+    to, the widest batch of the data (`length`, capped by max_seq_length) where there
+    is data, else max_seq_length."""
+    width = min(length, training["max_seq_length"]) if length else training["max_seq_length"]
+    return training["batch_size"] * width
+
+
+def close(stored_training: dict, training: dict, stored_length: int | None = None, length: int | None = None) -> bool:
+    """Whether a measurement of `stored_training` (its widest batch `stored_length`)
+    may correct an estimate of `training` (at `length`): the same settings, and the
+    tokens of a step as run within a factor of TOKENS_WITHIN."""
     if any(stored_training.get(k) != training.get(k) for k in SAME_SETTINGS):
         return False
-    tokens = lambda t: t["batch_size"] * t["max_seq_length"]  # noqa: E731
-    ratio = tokens(training) / tokens(stored_training)
+    ratio = tokens(training, length) / tokens(stored_training, stored_length)
     return 1 / TOKENS_WITHIN <= ratio <= TOKENS_WITHIN
+
+
+def _close_entry(entry: dict, training: dict, length: int | None) -> bool:
+    return close(entry["training"], training, entry.get("length"), length)
 
 
 def _gap(entry: dict) -> int:
@@ -74,12 +87,12 @@ class Calibration:
     def describe(self) -> str:
         return f"calibrated from {self.count} measurement{'s' if self.count != 1 else ''} on this machine"
 
-    def offset_for(self, model, training) -> int | None:
-        """The median gap of the measurements close to `training` (a remedy, a swept
-        combination), or None: then the estimate stands uncorrected."""
+    def offset_for(self, model, training, length: int | None = None) -> int | None:
+        """The median gap of the measurements close to `training` at `length` (a remedy,
+        a swept combination), or None: then the estimate stands uncorrected."""
         if architecture_key(model) != self.architecture:
             return None
-        gaps = [_gap(e) for e in self.entries if close(e["training"], training.to_dict())]
+        gaps = [_gap(e) for e in self.entries if _close_entry(e, training.to_dict(), length)]
         import statistics
 
         return int(statistics.median(gaps)) if gaps else None
@@ -87,12 +100,15 @@ class Calibration:
 
 def record(model_id: str, training: dict, backend: str, predicted_bytes: int, measured: dict, architecture: dict | None = None,
            *, length: int | None = None, machine: dict | None = None, config: dict | None = None) -> Path:
-    """Store one measurement; the same configuration overwrites its own file. `length` (the
-    batch width measured), `machine` (device_name, total_bytes) and `config` (a local model's
-    config.json) let `mlxfit calibration --export` write it as evidence (mlxfit/estimate/export.py)."""
+    """Store one measurement; the same configuration overwrites its own file.
+    `length`: the widest batch of the data it ran (None: max_seq_length), what the
+    measurement is then keyed by. `machine` (device_name, total_bytes) and `config` (a
+    local model's config.json) let `mlxfit calibration --export` write it as evidence
+    (mlxfit/estimate/export.py)."""
     import hashlib
-    import tempfile
     from datetime import date
+
+    from ..files import write_atomically
 
     entry = {
         "model": model_id,
@@ -103,17 +119,16 @@ def record(model_id: str, training: dict, backend: str, predicted_bytes: int, me
         "predicted_peak_bytes": predicted_bytes,
         "measured": measured,
         "date": date.today().isoformat(),
-        **({"length": length} if length else {}),
         **({"machine": machine} if machine else {}),
         **({"config": config} if config else {}),
     }
-    key = json.dumps({k: entry[k] for k in ("model", "training", "backend", "versions")}, sort_keys=True)
+    if length and length < training["max_seq_length"]:
+        entry["length"] = length
+    key = json.dumps({k: entry[k] for k in ("model", "training", "backend", "versions", "length") if k in entry}, sort_keys=True)
     folder = measurements_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (hashlib.sha1(key.encode()).hexdigest()[:16] + ".json")
-    with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
-        json.dump(entry, tmp, indent=2)
-    os.replace(tmp.name, path)
+    write_atomically(path, lambda f: f.write(json.dumps(entry, indent=2).encode()))
     return path
 
 
@@ -124,16 +139,35 @@ def stored() -> list[dict]:
     entries = []
     for path in sorted(folder.glob("*.json")):
         try:
-            entries.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError):
+            entry = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue  # a damaged file is ignored, not fatal
+        if _well_formed(entry):
+            entries.append(entry)
     return entries
 
 
-def calibration(backend: str, model, training=None) -> Calibration | None:
+def _well_formed(entry) -> bool:
+    """A stored measurement with every field a lookup or a listing reads (one
+    written by hand or by another version may lack some: it is ignored)."""
+    def number(value):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    try:
+        t, m = entry["training"], entry["measured"]
+        return (isinstance(entry["model"], str) and isinstance(entry["backend"], str)
+                and isinstance(entry["versions"], dict) and number(entry["predicted_peak_bytes"])
+                and number(m["peak_with_load_bytes"]) and isinstance(t.get("fine_tune_type"), str)
+                and number(t["batch_size"]) and t["batch_size"] > 0 and number(t["max_seq_length"]) and t["max_seq_length"] > 0
+                and (entry.get("length") is None or (number(entry["length"]) and entry["length"] > 0)))
+    except (KeyError, TypeError, AttributeError):
+        return False
+
+
+def calibration(backend: str, model, training=None, length: int | None = None) -> Calibration | None:
     """This backend's and these versions' measurements of `model`'s architecture.
-    With `training`: None unless one of them is close to it. Measurements stored
-    without their architecture correct nothing."""
+    With `training` (at `length`, the widest batch of the data): None unless one of
+    them is close to it. Measurements stored without their architecture correct nothing."""
     entries = stored()
     if not entries:
         return None  # nothing measured: no need to read the installed versions
@@ -148,10 +182,10 @@ def calibration(backend: str, model, training=None) -> Calibration | None:
     found = Calibration(0, 0, arch, entries)
     if training is None:
         return found
-    close_ones = [e for e in entries if close(e["training"], training.to_dict())]
+    close_ones = [e for e in entries if _close_entry(e, training.to_dict(), length)]
     if not close_ones:
         return None
-    return replace(found, offset_bytes=found.offset_for(model, training), count=len(close_ones))
+    return replace(found, offset_bytes=found.offset_for(model, training, length), count=len(close_ones))
 
 
 def clear() -> int:

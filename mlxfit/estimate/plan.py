@@ -286,6 +286,19 @@ class FitsTable:
     rows: tuple[tuple[float, tuple[Estimate, ...]], ...]
     references: tuple[tuple[float, Reference], ...] = ()  # size -> a catalog model, detailed
 
+    def cell(self, size: float, method: str) -> dict:
+        """What one size and method answer, on one basis: the detailed estimate of the
+        catalog model of that size where there is one (its verdict by its range, as a
+        probe row's), else the rule of thumb."""
+        ref = dict(self.references).get(size)
+        usable = self.machine.usable_bytes
+        if ref is not None:
+            need = ref.estimates[method]
+            return {"basis": "detailed", "model": ref.model.id, "bytes": need,
+                    "verdict": range_verdict(*predicted_range(need, ref.backend), usable)}
+        rule = next(e for e in dict(self.rows)[size] if e.method == method)
+        return {"basis": "rule", "model": None, "bytes": rule.rule_bytes, "verdict": rule.verdict}
+
     def to_dict(self) -> dict:
         refs = dict(self.references)
         return {
@@ -293,7 +306,8 @@ class FitsTable:
             "basis": "rule",
             "rows": [
                 {"params": int(size * 1e9), "estimates": [e.to_dict() for e in estimates],
-                 "reference": refs[size].to_dict() if size in refs else None}
+                 "reference": refs[size].to_dict() if size in refs else None,
+                 "answer": {m: self.cell(size, m) for m in METHODS}}
                 for size, estimates in self.rows
             ],
         }

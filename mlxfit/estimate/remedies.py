@@ -114,8 +114,13 @@ class Option:
 
 
 def _divisors_down(n: int, step: int) -> list[int]:
-    """Batch sizes below n that divide it and split evenly over `step` hosts, largest first."""
-    return [b for b in range(n - 1, 0, -1) if n % b == 0 and b % step == 0]
+    """Batch sizes below n that divide it and split evenly over `step` hosts, largest first.
+    Found in pairs up to the square root, so a huge --batch-size answers at once."""
+    found = set()
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            found.update((d, n // d))
+    return sorted((b for b in found if b < n and b % step == 0), reverse=True)
 
 
 def _halvings(value: int, floor: int) -> list[int]:

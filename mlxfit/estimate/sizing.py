@@ -86,7 +86,7 @@ def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibratio
             raise MlxfitError(FULL_ON_QUANTIZED)
         model = original
     breakdown = estimate(model, training, backend, length, runtime)
-    offset = calibration.offset_for(model, training) if calibration is not None else None
+    offset = calibration.offset_for(model, training, length) if calibration is not None else None
     if offset is not None:
         breakdown = breakdown.with_part(CALIBRATION_PART, offset)
     return breakdown.peak_bytes, breakdown

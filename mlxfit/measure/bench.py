@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import signal
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -271,20 +270,22 @@ class CsvLog:
         return rows
 
     def append(self, row: Row) -> None:
+        """Add one row. The file is written anew beside itself and renamed over
+        (mlxfit/files.py), so a full disk leaves the rows before it whole."""
+        import io
+
+        from ..files import write_atomically
+
         self.check()
-        new = self._header() is None
-        if not new:
-            with self.path.open("rb") as f:
-                f.seek(-1, 2)
-                ends_cleanly = f.read(1) == b"\n"
-        with self.path.open("a", newline="") as f:
-            if not new and not ends_cleanly:
-                f.write("\n")
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            if new:
-                writer.writeheader()
-            writer.writerow(row.to_csv())
-            f.flush()
+        before = b"" if self._header() is None else self.path.read_bytes()
+        text = io.StringIO(newline="")
+        if before and not before.endswith(b"\n"):
+            text.write("\n")
+        writer = csv.DictWriter(text, fieldnames=COLUMNS)
+        if not before:
+            writer.writeheader()
+        writer.writerow(row.to_csv())
+        write_atomically(self.path, lambda f: f.write(before + text.getvalue().encode()))
 
 
 # --- the sweep --------------------------------------------------------------
@@ -334,35 +335,6 @@ def eta_seconds(walls: list[float], to_measure: int) -> float | None:
     if not walls:
         return None
     return sum(walls) / len(walls) * to_measure
-
-
-class InterruptWatch:
-    """Ctrl-C (and SIGTERM) during a measurement must stop the sweep.
-
-    measure() turns Ctrl-C into MeasurementFailed after stopping its child; this
-    notes that the signal came, so the sweep re-raises KeyboardInterrupt instead
-    of recording the run as failed. Outside the main thread it watches nothing.
-    """
-
-    def __init__(self):
-        self.seen = False
-        self._previous = {}
-
-    def _handler(self, signum, frame):
-        self.seen = True
-        raise KeyboardInterrupt
-
-    def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._previous[sig] = signal.signal(sig, self._handler)
-            except ValueError:  # not the main thread
-                pass
-        return self
-
-    def __exit__(self, *exc):
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
 
 
 def speed(m) -> float | None:
@@ -674,7 +646,7 @@ def measure_once(model: ModelInfo, training: TrainingConfig, steps: int, timeout
     timed out or cannot be measured here; a Ctrl-C that stopped the child is
     raised again as KeyboardInterrupt, not recorded as a failure. `by_slice`:
     measure a slice of the run and extrapolate (mlxfit/measure/slicing.py)."""
-    with InterruptWatch() as watch:
+    with measuring.InterruptWatch() as watch:
         try:
             if by_slice:
                 return _measure_by_slice(model, training, steps, timeout, on_event), None

@@ -48,9 +48,54 @@ class MeasurementFailed(MlxfitError):
 
 
 class MeasurementInterrupted(MeasurementFailed):
-    """Ctrl-C stopped the measurement: exit status 130, as for any interrupted command."""
+    """Ctrl-C stopped the measurement: exit status 130, as for any interrupted command
+    (128 + the signal's number for another signal, see InterruptWatch)."""
 
     exit_code = 130
+
+
+class InterruptWatch:
+    """Every signal that ends a measuring command must stop its child first.
+
+    While it is entered, SIGINT (even where it was inherited ignored, as by a job
+    started in the background from a script, so that Ctrl-C works however the
+    command was started), SIGTERM (`kill`, `timeout`) and SIGHUP (the terminal
+    closed; left alone where it was inherited ignored, as under nohup) raise
+    KeyboardInterrupt, which run_child turns into stopping its child, removing its
+    temporary folder and raising MeasurementInterrupted. `signum` is the signal
+    that came (None: none). Outside the main thread it watches nothing.
+    """
+
+    def __init__(self):
+        self.signum = None
+        self._previous = {}
+
+    @property
+    def seen(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def exit_code(self) -> int:
+        """As a shell reports a command ended by the signal: 128 + its number."""
+        return 128 + (self.signum or signal.SIGINT)
+
+    def _handler(self, signum, frame):
+        self.signum = signum
+        raise KeyboardInterrupt
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            try:
+                if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+                    continue  # nohup: a hangup is not meant to end it
+                self._previous[sig] = signal.signal(sig, self._handler)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
 
 
 @dataclass(frozen=True)
@@ -188,18 +233,18 @@ def run_child(
             start_new_session=True,  # Ctrl-C reaches us; we stop the child ourselves
             preexec_fn=_memory_cap(memory_cap) if memory_cap else None,
         )
-        events: queue.Queue = queue.Queue()
-        stderr_tail: deque = deque(maxlen=20)
-        threading.Thread(target=_reader, args=(child.stdout, events), daemon=True).start()
-        threading.Thread(target=_tail_reader, args=(child.stderr, stderr_tail), daemon=True).start()
-        child.stdin.write(json.dumps(request))
-        child.stdin.close()
-
-        deadline = time.monotonic() + timeout if timeout else None
-        watch = _RssWatch(child.pid)
         last: dict = {"step": 0, "peak_bytes": 0, "stage": "starting"}
         result = None
         try:
+            events: queue.Queue = queue.Queue()
+            stderr_tail: deque = deque(maxlen=20)
+            threading.Thread(target=_reader, args=(child.stdout, events), daemon=True).start()
+            threading.Thread(target=_tail_reader, args=(child.stderr, stderr_tail), daemon=True).start()
+            child.stdin.write(json.dumps(request))
+            child.stdin.close()
+
+            deadline = time.monotonic() + timeout if timeout else None
+            watch = _RssWatch(child.pid)
             while True:
                 watch.sample()
                 if deadline is not None and time.monotonic() > deadline:
@@ -297,6 +342,7 @@ class Comparison:
     measurement: Measurement
     predicted_bytes: int
     usable_bytes: int
+    note: str | None = None  # e.g. why it was not stored for calibration
 
     @property
     def error_pct(self) -> float:
@@ -304,23 +350,35 @@ class Comparison:
         measured = self.measurement.peak_with_load_bytes
         return round(100.0 * (self.predicted_bytes - measured) / measured, 2)
 
+    # The measured verdict is judged on the estimate's own basis: MLX's peak with the
+    # load (what mlx-lm's trainer reports and the estimate predicts), without the
+    # process's own resident baseline (the interpreter and libraries), which neither
+    # the estimate nor bench's verdicts count.
+    VERDICT_BASIS = "peak_with_load"
+
+    @property
+    def judged_bytes(self) -> int:
+        return self.measurement.peak_with_load_bytes
+
     @property
     def cache_breaks_budget(self) -> bool:
         m = self.measurement
-        return m.occupied_bytes <= self.usable_bytes < m.peak_bytes + m.cache_bytes
+        return self.judged_bytes <= self.usable_bytes < m.peak_bytes + m.cache_bytes
 
     def to_dict(self) -> dict:
         from ..estimate.plan import verdict
 
-        occupied = self.measurement.occupied_bytes
+        judged = self.judged_bytes
         return {
             "measured": self.measurement.to_dict(),
             "predicted_peak_bytes": self.predicted_bytes,
             "error_pct": self.error_pct,
             "measured_verdict": {
-                "bytes": occupied,
-                "verdict": verdict(occupied, self.usable_bytes),
-                "fits": occupied <= self.usable_bytes,
+                "bytes": judged,
+                "basis": self.VERDICT_BASIS,
+                "verdict": verdict(judged, self.usable_bytes),
+                "fits": judged <= self.usable_bytes,
                 "cache_breaks_budget": self.cache_breaks_budget,
             },
+            **({"note": self.note} if self.note else {}),
         }

@@ -50,6 +50,8 @@ POSITIVE_FIELDS = (
 # Sizes a real config may give per layer, as a list (gemma3n's intermediate_size).
 PER_LAYER_FIELDS = ("intermediate_size", "moe_intermediate_size")
 # Counts that may be 0 (a dense model of a MoE family).
+# Sizes every model has: null is no size (other fields may be null for "as the default").
+REQUIRED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "n_shared_experts", "num_experts_per_tok")
 
 
@@ -83,6 +85,8 @@ def check_config(config: dict) -> None:
         for name in POSITIVE_FIELDS + COUNT_FIELDS:
             value = c.get(name)
             if value is None:
+                if name in c and name in REQUIRED_FIELDS:
+                    raise MlxfitError(f"config.json field '{where}{name}' is null: it must be a positive integer")
                 continue
             if isinstance(value, list) and name in PER_LAYER_FIELDS and value:
                 bad = next((v for v in value if not _number(v) or v != int(v) or v < 0), None)

@@ -123,13 +123,33 @@ def catalog_rows() -> list[dict]:
 
 
 def _storage(config: dict) -> tuple[int, int | None, str]:
-    """(bits per weight, group size, dtype name) of the stored base."""
+    """(bits per weight, group size, dtype name) of the stored base. A value that
+    names no storage is refused, naming its field, rather than sized as another."""
     quant = config.get("quantization") or {}
     if quant:
-        return int(quant.get("bits", 4)), int(quant.get("group_size", 64)), "quantized"
+        if not isinstance(quant, dict):
+            raise MlxfitError(f"config.json field 'quantization' must be an object, got {quant!r}")
+        bits, group_size = quant.get("bits", 4), quant.get("group_size", 64)
+        if not _whole(bits) or not 1 <= bits <= 8:
+            raise MlxfitError(f"config.json field 'quantization.bits' must be an integer from 1 to 8 (bits per weight), got {bits!r}")
+        if not _whole(group_size) or group_size < 1:
+            raise MlxfitError(f"config.json field 'quantization.group_size' must be a positive integer, got {group_size!r}")
+        return int(bits), int(group_size), "quantized"
     inner = text_config(config)
+    for where, c in (("text_config.", inner), ("", config)) if inner is not config else (("", config),):
+        for name in ("torch_dtype", "dtype"):
+            value = c.get(name)
+            if value is not None and value not in _DTYPE_BITS:
+                raise MlxfitError(
+                    f"config.json field '{where}{name}' is {value!r}, not a dtype mlx-lm trains in "
+                    f"({', '.join(_DTYPE_BITS)})"
+                )
     dtype = inner.get("torch_dtype") or inner.get("dtype") or config.get("torch_dtype") or "bfloat16"
-    return _DTYPE_BITS.get(dtype, 16), None, dtype
+    return _DTYPE_BITS[dtype], None, dtype
+
+
+def _whole(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == int(value)
 
 
 def _from_config(model_id: str, source: str, config: dict, path=None) -> ModelInfo:
@@ -360,9 +380,9 @@ def _quiet_hub():
 
 
 def resolve_model(spec: str | None) -> ModelInfo:
-    spec = (spec or DEFAULT_MODEL).strip()
+    spec = DEFAULT_MODEL if spec is None else spec.strip()
     if not spec:
-        raise BadInput("--model is empty")
+        raise BadInput("--model is empty: give a folder, a catalog id, a Hugging Face repo id or a size like 7B, or leave it out for the default")
     path = Path(spec).expanduser()
     if path.exists():
         return from_folder(path)

@@ -278,7 +278,7 @@ def _yaml_type(value) -> str:
 def one_model(positional: str | None, option: str | None) -> str | None:
     """`mlxfit probe MODEL` and `--model MODEL` name the same thing; given both,
     --model wins, so that a plan's `--model ...` pastes onto either form."""
-    return option or positional
+    return option if option is not None else positional
 
 
 def check_method(method: str | None, fine_tune_type: str | None) -> None:
@@ -323,4 +323,18 @@ def check_against_model(training: TrainingConfig, model) -> list[str]:
         if not config.get("rope_scaling"):
             raise BadInput(f"{message}: give {context:,} or less")
         warnings.append(f"{message}; its rope_scaling may stretch that, check the model card")
+    if training.fine_tune_type != "full" and training.lora_keys is not None and model.config is not None:
+        from .lazy_model import base_model, default_lora_keys
+
+        known = default_lora_keys(base_model(model.config))
+        missing = [k for k in training.lora_keys if k not in known]
+        if len(missing) == len(training.lora_keys):
+            raise BadInput(
+                f"lora_parameters.keys {list(training.lora_keys)}: no layer of {model.id}'s blocks has "
+                f"{'this name' if len(missing) == 1 else 'these names'}, so nothing would be trained "
+                f"(its layers: {', '.join(sorted(known))})"
+            )
+        if missing:
+            warnings.append(f"lora_parameters.keys: {', '.join(missing)} name no layer of {model.id}'s blocks "
+                            "and adapt nothing (mlx-lm skips them)")
     return warnings

@@ -389,4 +389,7 @@ def plot_sweep(rows: list[Row], varying: list[str], usable_bytes: int, path, tit
         ax.grid(axis="y", alpha=0.3)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.savefig(str(path), dpi=120)
+    from ..files import write_atomically
+
+    # Drawn beside the file and renamed over it: a full disk leaves no half-written PNG.
+    write_atomically(path, lambda f: fig.savefig(f, format="png", dpi=120))

@@ -78,10 +78,14 @@ def render_comparison(comparison) -> None:
     table.add_row("predicted", format_size(comparison.predicted_bytes), f"error {comparison.error_pct:+.1f}% against peak with load")
     console.print(table)
     style = VERDICT_STYLE[judged["verdict"]]
-    console.print(
-        f"Measured verdict: [{style}]{judged['verdict']}[/] — {format_size(judged['bytes'])} occupied "
-        f"against a {format_gb(comparison.usable_bytes)} budget"
+    print_hanging(
+        f"Measured verdict: [{style}]{judged['verdict']}[/] — {format_size(judged['bytes'])} peak with load "
+        f"against a {format_gb(comparison.usable_bytes)} budget, on the estimate's basis: MLX's own memory, "
+        f"without the process's resident baseline (the process peak above)",
+        indent=2,
     )
+    if comparison.note:
+        print_hanging(f"[yellow]Note[/]     the measurement was {comparison.note}")
     if comparison.cache_breaks_budget:
         console.print(
             "[yellow]The allocator cache is what breaks the budget:[/] cap it with "

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ..estimate.plan import Plan
 from ..estimate.rule import METHOD_LABELS
-from ..units import format_count, format_gb, format_gb_range, format_size
+from ..units import GB, format_count, format_gb, format_gb_range, format_size
 from .memory import machine_fields, print_warnings
 from .text import VERDICT_STYLE, console, print_fields, print_hanging, tokens
 
@@ -165,8 +165,10 @@ def run_fields(plan: Plan) -> list[str]:
     return fields
 
 
-def render_plan(plan: Plan, nodes: list[str] | None = None) -> None:
-    """`nodes`: words for a --hostfile run, whose budget is the smallest node's."""
+def render_plan(plan: Plan, nodes: list[str] | None = None, longest=()) -> None:
+    """`nodes`: words for a --hostfile run, whose budget is the smallest node's;
+    `longest`: the longest examples that fit per method (mlxfit/estimate/lengths.py),
+    said beside the worst case when the run has no data and no length of its own."""
     model = plan.model
     machine = machine_fields(plan.machine)
     if nodes:
@@ -226,6 +228,8 @@ def render_plan(plan: Plan, nodes: list[str] | None = None) -> None:
     stand = "; the other rows stand" if any(not e.cannot for e in plan.estimates) else ""
     for reason, labels in reasons.items():
         print_hanging(f"[yellow]{', '.join(labels)}[/]: {reason}{stand}", indent=2)
+    if longest:
+        print_hanging(longest_words(plan, longest), indent=2)
     if detailed:
         quantized = " The base is already quantized: LoRA on it is QLoRA (no 16-bit LoRA row)." if model.quantized else ""
         print_hanging("[dim]◀ your run. Estimate: mlxfit's detailed model of mlx-lm's peak, with its range on this "
@@ -239,11 +243,13 @@ def render_plan(plan: Plan, nodes: list[str] | None = None) -> None:
         print_hanging("[dim]◀ your run. mlx-lm builds this model (its parameters are counted from it) but "
                       "cannot train it by any method, so nothing is sized.[/]", indent=2)
     else:
-        print_hanging("[dim]◀ your run. A bare size has no architecture, so this is the rule of thumb (moderate "
+        what = ("mlx-lm cannot build this model here (the note above says why)" if model.rule_only_reason
+                else "A bare size has no architecture")
+        print_hanging(f"[dim]◀ your run. {what}, so this is the rule of thumb (moderate "
                       "lengths and small batches): LoRA 2 GB per billion parameters + 3 GB, QLoRA 0.7 GB/B + 3, "
                       "full 12 GB/B + 4.[/]", indent=2)
         render_reference(plan)
-    render_remedies(plan)
+    render_remedies(plan, longest)
 
 
 RULE_GAP = 2.0  # the estimate this many times the rule gets a word on why
@@ -262,6 +268,9 @@ def rule_gap(plan: Plan) -> str | None:
             f"× {tokens(width)} the step holds {big}, which the rule's fixed 3-4 GB leaves out.")
 
 
+SAME_SIZE_WITHIN = 1.5  # a catalog model within this factor of the parameters is "of this size"
+
+
 def render_reference(plan: Plan) -> None:
     """A bare size: the detailed estimate of a catalog model of about that size beside the rule."""
     ref = plan.reference
@@ -269,8 +278,14 @@ def render_reference(plan: Plan) -> None:
         return
     training = ref.training
     figures = " · ".join(f"{METHOD_LABELS[m]} {format_gb(b)}" for m, b in ref.estimates.items())
+    ratio = ref.model.params / plan.model.params if plan.model.params else 0
+    if 1 / SAME_SIZE_WITHIN <= ratio <= SAME_SIZE_WITHIN:
+        which = f"A real model of this size, {ref.model.id} ({format_count(ref.model.params)})"
+    else:  # nothing in the catalog is near it: say how far the nearest is
+        which = (f"The catalog model nearest in size, {ref.model.id} ({format_count(ref.model.params)}, "
+                 f"against this one's {format_count(plan.model.params)})")
     print_hanging(
-        f"[dim]A real model of this size, {ref.model.id} ({format_count(ref.model.params)}), by the detailed "
+        f"[dim]{which}, by the detailed "
         f"estimate at batch {training.batch_size} × {tokens(training.max_seq_length)} ({settings_words(training)}) "
         f"on the {ref.backend} backend:[/] {figures}. "
         f"[dim]For a plan with lengths and batches, probe it: --model {ref.model.id}[/]",
@@ -312,13 +327,59 @@ def render_breakdowns(plan: Plan) -> None:
     print_hanging(f"[dim]  your run peaks during {phase}: {parts}[/]", indent=4)
 
 
-def render_remedies(plan: Plan) -> None:
+def verdict_words(plan: Plan, longest=()) -> str:
+    """The selected row's verdict in a sentence that agrees with it: "tight" is a
+    budget inside the range (it may not fit), "does not fit" a range wholly above it.
+    With `longest` (no data, no length given): at the worst case, and how long the
+    examples may be for it to fit as it is."""
+    e = plan.selected
+    label, usable = run_label(plan.training), format_gb(plan.machine.usable_bytes)
+    mine = next((f for f in longest if f.method == e.method), None)
+    worst = f" with every batch {tokens(plan.training.max_seq_length)} long (the worst case)" if mine else ""
+    low, high = e.predicted_range_bytes
+    if e.verdict == "tight":
+        words = (f"{label} is tight for the {usable} budget{worst}: the budget lies inside the estimate's range "
+                 f"({low / GB:.1f}–{high / GB:.1f} GB), so it may not fit")
+    elif e.detailed:
+        words = (f"{label} does not fit the {usable} budget{worst}: even the low end of the estimate's range "
+                 f"({format_gb(low)}) is above it")
+    else:
+        words = f"{label} does not fit the {usable} budget"
+    if mine is not None and mine.tokens is not None:
+        words += f"; with examples up to {tokens(mine.tokens)} it fits as it is"
+    return words
+
+
+def fit_words(fit) -> str:
+    """"up to 704 tokens", "every length up to 2,048", "none (not even 32 tokens)"."""
+    from ..estimate.lengths import LENGTH_UNIT
+
+    if fit.tokens is None:
+        return f"none (not even {LENGTH_UNIT} tokens)"
+    if fit.every_length:
+        return f"every length up to {tokens(fit.max_seq_length)}"
+    return f"up to {tokens(fit.tokens)}"
+
+
+def longest_words(plan: Plan, longest) -> str:
+    """The first answer without data: how long the examples may be, per method."""
+    labels = {e.method: method_label(e.method, plan.training) for e in plan.estimates}
+    first, *rest = longest
+    figures = [f"{labels[first.method]} fits {'examples ' if first.tokens else ''}{fit_words(first)}"]
+    figures += [f"{labels[f.method]} {fit_words(f)}" for f in rest]
+    return (f"[bold]At batch {first.batch_size}, {'; '.join(figures)}.[/] The rows above are the worst case, "
+            f"every batch {tokens(first.max_seq_length)} long: mlx-lm pads a batch only to its longest example, "
+            "so --data sizes your own.")
+
+
+def render_remedies(plan: Plan, longest=()) -> None:
     if not plan.remedies and not plan.options:
         return
-    label, usable = run_label(plan.training), format_gb(plan.machine.usable_bytes)
+    words = verdict_words(plan, longest)
     if plan.options:
         best, *others = plan.options
-        console.print(f"[bold]{label} does not fit the {usable} budget. The plan that fits at the least cost:[/]")
+        print_hanging(f"[bold]{words}.[/]", indent=0)
+        console.print("[bold]The plan that fits at the least cost:[/]")
         render_option(best)
         if others:
             console.print("[bold]Alternatives:[/]")
@@ -327,14 +388,16 @@ def render_remedies(plan: Plan) -> None:
         print_hanging("[dim]Add the flags to your command; probing again confirms the plan. Cheapest first: what "
                       "costs only speed (checkpointing, accumulation), then what changes the training.[/]", indent=0)
     elif plan.selected.cannot:
+        label = method_label(plan.selected.method, plan.training)
         print_hanging(f"[bold]mlx-lm cannot run {label} on this model, and no change of the remedies below makes it "
                       "possible.[/]" if plan.remedies else f"[bold]mlx-lm cannot run {label} on this model.[/]", indent=0)
     elif plan.model.architecture is not None:
-        print_hanging(f"[bold]{label} does not fit the {usable} budget, and no combination of the remedies "
+        print_hanging(f"[bold]{words}, and no combination of the remedies "
                       "below (nor a smaller catalog model) makes it fit: it needs a machine with more memory.[/]",
                       indent=0)
     else:
-        console.print(f"[bold]{label} does not fit the {usable} budget. What to change:[/]")
+        print_hanging(f"[bold]{words}.[/]", indent=0)
+        console.print("[bold]What to change:[/]")
     if plan.remedies:
         title = "Each change alone:" if plan.options or plan.model.architecture is not None else None
         if title:

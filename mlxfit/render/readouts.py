@@ -7,7 +7,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..estimate.plan import FitsTable, verdict
+from ..estimate.plan import FitsTable
 from ..estimate.rule import METHOD_LABELS
 from ..units import format_count, format_gb, format_size
 from .memory import machine_fields, print_warnings
@@ -18,47 +18,41 @@ VERDICT_MARK = {"fits": "✓", "tight": "!", "does not fit": "✗"}
 
 
 def render_fits(table_data: FitsTable) -> None:
+    """One table, one basis per cell: a catalog model of each size by the detailed
+    estimate at the given settings; the rule of thumb only where the catalog has none."""
     print_fields("Machine", machine_fields(table_data.machine))
     print_warnings(table_data.machine)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="By the rule of thumb", title_justify="left")
-    table.add_column("model size", justify="right")
+    refs = dict(table_data.references)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left",
+                  title="A real model of each size, by the detailed estimate" if refs else "By the rule of thumb")
+    table.add_column("size", justify="right")
+    if refs:
+        table.add_column("catalog model")
     for method in ("lora", "qlora", "full"):
         table.add_column(METHOD_LABELS[method], justify="right")
-    for size, estimates in table_data.rows:
-        cells = [
-            Text.assemble(f"{format_gb(e.rule_bytes, 0)} ", (e.verdict, VERDICT_STYLE[e.verdict]))
-            for e in estimates
-        ]
-        table.add_row(f"{size:g}B", *cells)
-    console.print(table)
-    print_hanging("[dim]The rule of thumb: per billion parameters LoRA 2 GB + 3, QLoRA 0.7 GB + 3, full 12 GB + 4; "
-                  "it assumes moderate lengths and small batches.[/]", indent=0)
-    if not table_data.references:
-        return
-    usable = table_data.machine.usable_bytes
-    first = table_data.references[0][1]
-    detail = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="A real model of each size, by the detailed estimate",
-                   title_justify="left")
-    detail.add_column("size", justify="right")
-    detail.add_column("catalog model")
-    for method in ("lora", "qlora", "full"):
-        detail.add_column(METHOD_LABELS[method], justify="right")
-    for size, ref in table_data.references:
+    for size, _ in table_data.rows:
         cells = []
         for method in ("lora", "qlora", "full"):
-            need = ref.estimates[method]
-            v = verdict(need, usable)
-            cells.append(Text(f"{format_gb(need, 0)} {VERDICT_MARK[v]}", style=VERDICT_STYLE[v]))
-        detail.add_row(f"{size:g}B", ref.model.id.split("/")[-1], *cells)
-    console.print(detail)
-    t = first.training
-    print_hanging(
-        f"[dim]At batch {t.batch_size} × {tokens(t.max_seq_length)}, the last {t.num_layers} layers, rank {t.rank} "
-        f"({settings_words(t)}), {first.backend} backend; ✓ fits, "
-        "! tight, ✗ does not fit. Attention scores and logits grow with batch × length, which the rule leaves out: "
-        "probe a model with your own --batch-size, --max-seq-length or --data for a plan.[/]",
-        indent=0,
-    )
+            c = table_data.cell(size, method)
+            mark = VERDICT_MARK[c["verdict"]] + (" (rule)" if c["basis"] == "rule" and refs else "")
+            cells.append(Text(f"{format_gb(c['bytes'], 0)} {mark}", style=VERDICT_STYLE[c["verdict"]]))
+        name = [refs[size].model.id.split("/")[-1] if size in refs else "none: the rule"] if refs else []
+        table.add_row(f"{size:g}B", *name, *cells)
+    console.print(table)
+    if refs:
+        first = table_data.references[0][1]
+        t = first.training
+        layers = "all layers" if t.num_layers == -1 else f"the last {t.num_layers} layers"
+        print_hanging(
+            f"[dim]At batch {t.batch_size} × {tokens(t.max_seq_length)}, {layers}, rank {t.rank}"
+            f"{', grad checkpoint' if t.grad_checkpoint else ''}, {t.optimizer} ({settings_words(t)}), "
+            f"{first.backend} backend; ✓ fits (the range's high end within the budget), ! tight (the budget inside "
+            "the range), ✗ does not fit. Without --data mlx-lm pads each batch only to its longest example: give "
+            "--max-seq-length your examples' length here, or probe a model with --data for a plan.[/]",
+            indent=0,
+        )
+    print_hanging("[dim]The rule of thumb (per billion parameters LoRA 2 GB + 3, QLoRA 0.7 GB + 3, full 12 GB + 4) "
+                  "assumes moderate lengths and small batches; --json has its figures beside these.[/]", indent=0)
     console.print("[dim]GB = 10^9 bytes.[/]")
 
 
@@ -94,7 +88,8 @@ def render_calibration(directory, entries: list[dict]) -> None:
         table.add_column(name)
     for e in entries:
         t = e["training"]
-        run = f"{t['fine_tune_type']}{' (q)' if t.get('quantize') else ''} b{t['batch_size']}×{t['max_seq_length']}"
+        width = e.get("length") or t["max_seq_length"]  # the widest batch measured
+        run = f"{t['fine_tune_type']}{' (q)' if t.get('quantize') else ''} b{t['batch_size']}×{width}"
         table.add_row(
             e["model"], e["backend"], run,
             format_size(e["predicted_peak_bytes"]), format_size(e["measured"]["peak_with_load_bytes"]),
