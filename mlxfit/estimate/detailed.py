@@ -337,10 +337,11 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         "frozen_fused_bytes": (B * T * every["one_block"][-1] * s + B * every["heads"][-1] * T * T * s) * frozen_blocks
         if fused and n else 0,
         "dora_act_bytes": adapter_outputs if training.fine_tune_type == "dora" else 0,
-        # gemma2: manual attention with tanh capping of the scores and the logits.
-        "softcap_scores_bytes": scores if arch.softcap else 0,
+        # Tanh capping: of the scores only in gemma2's manual attention (attn_logit_softcapping),
+        # of the logits wherever final_logit_softcapping is set (gemma2, gemma3n, gemma4).
+        "softcap_scores_bytes": scores if arch.attn_softcap else 0,
         "softcap_logits_bytes": B * T * V * s if arch.softcap else 0,
-        "softcap": arch.softcap,
+        "attn_softcap": arch.attn_softcap,
         # Gated delta (mlx_lm/models/gated_delta.py gated_delta_ops, which training
         # runs on every backend: qwen3_5 passes use_kernel=not self.training): a
         # Python loop over the T tokens keeps each step's float32 state
@@ -415,7 +416,7 @@ def backend_features(f: dict, backend: str, runtime: Runtime | None = None, head
         # is its own buffer (mlx-lm PR #53: 47.3 GB uncompiled vs 40.5 GB compiled).
         f["uncompiled_bytes"] = sum(f[k] for k in ("act_h_bytes", "act_qkv_bytes", "act_inter_bytes", "adapter_act_bytes"))
     cudnn = f["s"] == 2 and (head_dim is None or (head_dim <= 128 and head_dim % 8 == 0))
-    if backend == "cuda" and cudnn and not f["softcap"]:
+    if backend == "cuda" and cudnn and not f["attn_softcap"]:
         if f["tokens"] % 128 == 0:
             # mlx/backend/cuda/scaled_dot_product_attention.cpp: cuDNN's fused attention
             # and its VJP run when the query length is a multiple of 128; only a float32
