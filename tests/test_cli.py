@@ -251,6 +251,8 @@ def test_estimate_path_never_imports_transformers():
         "import sys\n"
         "from click.testing import CliRunner\n"
         "from mlxfit.cli.main import cli\n"
+        "from mlxfit.model import facts\n"
+        "facts.USE_SHIPPED = False  # build the models (the catalog's answers otherwise ship with the package)\n"
         "for args in (['probe'], ['probe', '--model', 'Qwen/Qwen2.5-7B-Instruct', '--json'],\n"
         "             ['probe', '--model', 'Qwen/Qwen3-30B-A3B', '--method', 'qlora', '--json'], ['fits'], ['memory']):\n"
         "    r = CliRunner().invoke(cli, args)\n"

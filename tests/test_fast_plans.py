@@ -129,6 +129,7 @@ def test_a_second_plan_builds_nothing(tmp_path, monkeypatch):
     built = []
     real = lazy_model.build
     monkeypatch.setattr(lazy_model, "build", lambda config: built.append(lazy_model.config_key(config)) or real(config))
+    monkeypatch.setattr(facts, "USE_SHIPPED", False)  # as for a model the package has no answers for
     new_process()
     first = plan()
     assert first.options  # it planned (and compared other models)
@@ -149,3 +150,38 @@ def test_a_cache_that_cannot_be_written_only_costs_time(tmp_path, monkeypatch):
     assert architecture_from_config(config).params == 596049920
     facts._store(tmp_path / "x.pickle", {"unpicklable": lambda: None})  # never raises
     assert not (tmp_path / "x.pickle").exists() and not list(tmp_path.glob(".facts-*"))
+
+
+def test_the_shipped_catalog_facts_are_current():
+    """mlxfit/data/facts.pickle.xz answers the catalog's models before any run; it
+    is used only under the fingerprint it was computed under, so stale data is never
+    wrong, only slow: this test asks for it to be regenerated."""
+    computed_under, known = facts.read_shipped()
+    stale = f"mlxfit/data/facts.pickle.xz is stale: regenerate with `{facts.REGENERATE}`"
+    assert computed_under == facts.fingerprint(), f"{stale} (mlx / mlx-lm or the source of {facts.SOURCES} changed)"
+    keys = {facts.shipped_key(lazy_model.config_key(config)): model_id for model_id, config in catalog().values()}
+    assert set(known) == set(keys), f"{stale} (the catalog changed: {sorted(set(keys) ^ set(known))[:3]})"
+    config = catalog()["qwen/qwen3-0.6b"][1]
+    key = lazy_model.config_key(config)
+    answers = facts.shipped(key)
+    assert answers["architecture"] == from_model(lazy_model.built_for_key(key), config)
+    counted = [name for name in answers if name[0] == "counted"]
+    assert counted
+    for name in counted:  # the same as computed here
+        assert answers[name] == _count(key, *name[1:])
+
+
+def test_a_first_plan_of_a_catalog_model_builds_nothing(tmp_path, monkeypatch):
+    """An empty cache (a user's first probe): the shipped answers stand in, and are
+    then remembered as computed ones would be."""
+    monkeypatch.setenv("MLXFIT_CACHE_DIR", str(tmp_path / "facts"))
+    for cache in (lazy_model.model_for_key, _counted, _totals, sizing.catalog_model):
+        cache.cache_clear()
+    facts._loaded.clear()
+    built = []
+    real = lazy_model.build
+    monkeypatch.setattr(lazy_model, "build", lambda config: built.append(lazy_model.config_key(config)) or real(config))
+    plan = make_plan(budget(16), from_catalog("Qwen/Qwen2.5-7B-Instruct"), TrainingConfig(max_seq_length=2048),
+                     backend="metal")
+    assert plan.options and built == []
+    assert list((tmp_path / "facts" / "facts").iterdir())  # kept in the user's cache as well
