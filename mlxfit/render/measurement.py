@@ -6,7 +6,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from rich import box
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..units import format_gb, format_size
@@ -19,6 +18,8 @@ def measure_progress(quiet: bool = False):
     if quiet:
         yield lambda event: None
         return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn  # only while measuring
+
     progress = Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),

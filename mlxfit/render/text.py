@@ -6,8 +6,10 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# No :emoji: codes: mlxfit writes none, a model id or path is printed as it is, and
+# rich's table of emoji names (a few ms to import) is never loaded.
+console = Console(highlight=False, emoji=False)
+err_console = Console(stderr=True, highlight=False, emoji=False)
 
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red", "mlx-lm cannot": "yellow"}
 
@@ -16,7 +18,7 @@ def print_hanging(text, indent: int = 9, out: Console | None = None) -> None:
     """Print text wrapped to the terminal (80 columns piped), later lines indented."""
     out = out or console
     if isinstance(text, str):
-        text = Text.from_markup(text)
+        text = Text.from_markup(text, emoji=False)
     width = max(out.width, 40)
     lines = text.wrap(out, width)
     if len(lines) <= 1:
@@ -42,7 +44,7 @@ def print_fields(label: str, fields: list, sep: str = " · ", indent: int = 9, o
     line.append(label, style="bold")
     line.append(" " * max(indent - len(label), 1 if label else 0))
     for i, field in enumerate(fields):
-        piece = Text.from_markup(field) if isinstance(field, str) else field
+        piece = Text.from_markup(field, emoji=False) if isinstance(field, str) else field
         last = i == len(fields) - 1
         if i and len(line.plain) + len(sep) + len(piece.plain) + (0 if last else len(sep.rstrip())) > width:
             line.append(sep.rstrip())
