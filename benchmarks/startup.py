@@ -19,7 +19,8 @@ Each command runs in a fresh process (one warm-up run each, not counted), the
 commands interleaved so that all see the same machine. What probe remembers
 (mlxfit/model/facts.py) is kept between runs in one cache directory, as on a
 user's machine after the first probe of a model; the "first run" rows give each
-run an empty cache instead. `-X importtime` lists what the CLI imports, slowest
+run an empty cache instead (a catalog model's answers then come from the
+package data, mlxfit/data/facts.pickle.xz, and nothing is built). `-X importtime` lists what the CLI imports, slowest
 first. Writes startup.json and startup.md under --results (default
 benchmarks/results/).
 """
@@ -153,7 +154,8 @@ def main() -> None:
         f"Median wall time of {args.repeat} fresh process{'es' if args.repeat != 1 else ''} each (after one warm-up), "
         "the commands interleaved. `bare imports`: `python -c \"" + BARE_IMPORTS + "\"`. "
         "On 16 GB the run does not fit (probe plans); on 128 GB it fits. "
-        "A \"first run\" has an empty cache (nothing remembered about the model yet).",
+        "A \"first run\" has an empty cache (nothing remembered on this machine yet; "
+        "a catalog model's answers ship with mlxfit).",
         "",
         "| command | median | × python -c pass | × bare imports | × mlx-train-perf plan |",
         "|---|---|---|---|---|",
