@@ -131,22 +131,48 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
     chunked = run.efficient_long_context and L > EFFICIENT_STEP
     step_len = EFFICIENT_STEP if chunked else L
     B = t.batch_size
-    sft = estimate(model, replace(t, batch_size=2 * B), backend, length=step_len)
+    T = max(step_len - 1, 1)
+    if run.mode == "orpo":
+        # Measured (benchmarks/results/preference.md): ORPO's two cross-entropies run
+        # their backward one sequence at a time: the SFT logits term at B, plus the
+        # other sequence's logits, kept.
+        sft = _sft(model, replace(t, batch_size=2 * B), backend, step_len, logits=lambda f: f / 2, kept_logits=B * T * V * s)
+    else:
+        # DPO and CPO: get_token_scores casts the logits to float32 before the
+        # cross-entropy; measured, both sequences' logits work at once (the SFT
+        # logits term at 2B, in float32).
+        sft = _sft(model, replace(t, batch_size=2 * B), backend, step_len, logits=lambda f: f * 4 / s)
     resident = _resident(sft)
     if ref:
         resident["reference copy"] = ref
     step = _step(sft)
-    T = max(step_len - 1, 1)
-    if run.mode in ("dpo", "cpo") and s < 4 and "logits and gradient" in step:
-        # get_token_scores: logits.astype(float32) is what the cross-entropy keeps.
-        step["logits and gradient"] = int(step["logits and gradient"] * 4 / s)
     if ref:
-        step["reference scoring"] = B * T * V * (s + 4)  # its logits and their float32 copy, one sequence
+        # The reference's logits and their float32 copy, one sequence at a time (no gradient).
+        step["reference scoring"] = B * T * V * (s + 4)
     if chunked:
         caches = kv_cache_bytes(model, 2 * B, L) * (2 if ref else 1)
         step["KV cache (chunks of 512)"] = caches
     name = f"policy step: chosen + rejected, {2 * B} x {step_len} tokens" + (f" (chunks of {L})" if chunked else "")
     return PreferenceEstimate(run, backend, (Phase(name, {**resident, **step}),), L)
+
+
+def _sft(model: ModelInfo, training, backend: str, length: int, logits=lambda f: f, kept_logits: int = 0,
+         fused_cross_entropy: bool | None = None) -> Breakdown:
+    """detailed.estimate with the logits term changed: `logits` maps the SFT logits
+    bytes (what the fitted logits coefficient scales), `kept_logits` adds bytes at
+    the loss; `fused_cross_entropy` False where the mode computes its own log-softmax."""
+    from ..runtime import Runtime
+    from .detailed import backend_features, coefficients, combine, features
+
+    runtime = Runtime.current(backend)
+    if fused_cross_entropy is not None:
+        runtime = replace(runtime, fused_cross_entropy=fused_cross_entropy)
+    f = backend_features(features(model, training, length), backend, runtime, model.architecture.head_dim)
+    c = coefficients()[backend]
+    key = "logits_fused_bytes" if f.get("logits_fused_bytes") else "logits_bytes"
+    coef = c.get("logits_fused" if key == "logits_fused_bytes" else "logits", 0.0) or 1.0
+    f = {**f, key: int(logits(f[key]) + kept_logits / coef)}
+    return combine(f, c, training, backend)
 
 
 def _grpo(model: ModelInfo, run: PreferenceRun, backend: str, ref: int, prompt_length: int | None) -> PreferenceEstimate:
@@ -157,7 +183,13 @@ def _grpo(model: ModelInfo, run: PreferenceRun, backend: str, ref: int, prompt_l
     C = run.max_completion_length
     B = t.batch_size
     width = max(2, bucket_sequence_length(P + C))
-    sft = estimate(model, replace(t, max_seq_length=max(width, t.max_seq_length)), backend, length=width)
+    # _get_token_logps: the model's logits over the whole sequence, then
+    # _select_token_logps's log-softmax in float32 over the scored (completion)
+    # positions only; not mlx's cross-entropy, so not the fused one on the GPU.
+    T = width - 1
+    scored = min(C + 1, T)
+    sft = _sft(model, replace(t, max_seq_length=max(width, t.max_seq_length)), backend, width,
+               logits=lambda f: f * (1 + scored / T * 4 / s), fused_cross_entropy=False)
     resident = _resident(sft)
     if ref:
         resident["reference copy"] = ref
@@ -167,9 +199,8 @@ def _grpo(model: ModelInfo, run: PreferenceRun, backend: str, ref: int, prompt_l
         "sampling logits": B * V * 4,
     }
     step = _step(sft)
-    T = width - 1
     if ref and run.beta != 0:
-        step["reference scoring"] = B * T * V * s
+        step["reference scoring"] = B * T * V * s + B * scored * V * 4  # its logits, the scored ones in float32
     if run.group_size > 1:
         # The summed gradients of the earlier microbatches.
         _, _, trainable_bytes, _ = counted_totals(model, t)
