@@ -34,7 +34,8 @@ from dataclasses import dataclass, replace
 
 from ..model.preference import EFFICIENT_STEP, PreferenceRun
 from ..model.resolve import ModelInfo
-from .detailed import Breakdown, counted_totals, dtype_bytes, estimate
+from .detailed import Breakdown, counted_totals, dtype_bytes
+from .plan import TIGHT_FRACTION
 
 KV_STEP = 256  # mlx_lm/models/cache.py KVCache.step: the cache grows in these
 DEFAULT_PROMPT = 256  # GRPO without --data or --prompt-length: an assumed prompt, said so
@@ -289,8 +290,8 @@ def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length
         for _ in range(6):
             best = None
             for flags, cost, change in _variants(model, r, length, prompt_length):
-                if any(flags == c.flags for c in combo):
-                    continue
+                if any(flags == c.flags for c in combo) or flags.startswith("--train-mode"):
+                    continue  # a plan keeps the user's objective
                 r2, ref2 = apply(r, ref, change)
                 b = need(r2, ref2)
                 if b < now and (best is None or b < best[0]):
@@ -299,7 +300,7 @@ def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length
                 break
             now, r, ref = best[0], best[3], best[4]
             combo.append(Change(best[1], best[2], now, now <= usable))
-            if now <= usable:
+            if now <= TIGHT_FRACTION * usable:  # fits with margin, not just tight
                 break
     return {"singles": singles, "combination": combo}
 

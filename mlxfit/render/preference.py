@@ -70,10 +70,9 @@ def render(model, run, estimate, usable, plans, stats=None, measured=None, notes
             table.add_row(c.flags, format_gb(c.bytes, 2), Text(w, style=VERDICT_STYLE[w]), c.cost)
         console.print(table)
     if combo:
-        fits = combo[-1].fits
+        w = verdict(combo[-1].bytes, usable)
         flags = " ".join(c.flags for c in combo)
-        print_hanging(f"[bold]Plan[/]     {'fits' if fits else 'still does not fit'}: {flags} "
-                      f"({format_gb(combo[-1].bytes, 2)})")
+        print_hanging(f"[bold]Plan[/]     [{VERDICT_STYLE[w]}]{w}[/] together: {flags} ({format_gb(combo[-1].bytes, 2)})")
     if measured is not None:
         render_measured(run, estimate, measured)
 
