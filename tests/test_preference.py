@@ -203,3 +203,11 @@ def test_measure_grpo_reaches_full_length_and_cpo_runs_uncompiled(model_folder):
     assert set(m.completion_lengths) == {8.0}
     c = measure(model, pref.resolve_run("cpo", {}, {}), 16, steps=2, timeout=300)
     assert c.compiled is False and c.peak_bytes > 0
+
+
+@needs_rl
+def test_probe_measure_orpo_json(model_folder):
+    folder = model_folder(TINY["llama"])
+    data = json.loads(probe("--model", str(folder), "--train-mode", "orpo", "--max-seq-length", "32", "--measure", "--json"))
+    assert data["measured"]["steps"] >= 3 and data["measured"]["peak_bytes"] > 0
+    assert data["measured"]["compiled"] is True

@@ -147,6 +147,10 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
     if ref:
         resident["reference copy"] = ref
     step = _step(sft)
+    if "dora temporaries" in step:
+        # dora.py __call__ builds each adapted weight per forward call: the chosen
+        # and the rejected pass build their own (an SFT step of 2B builds one).
+        step["dora temporaries"] *= 2
     if ref:
         # The reference's logits and their float32 copy, one sequence at a time (no gradient).
         step["reference scoring"] = B * T * V * (s + 4)

@@ -120,9 +120,10 @@ def run(request: dict) -> None:
             mx.disable_compile()
         mx.reset_peak_memory()
         held = mx.get_active_memory()
+        tic = time.perf_counter()
         model, reference = build_models(request, training)
         load_peak = mx.get_peak_memory() - held
-        emit("built", peak_bytes=load_peak)
+        emit("built", peak_bytes=load_peak, seconds=time.perf_counter() - tic)
         dataset = synthesized(request, run_, training.batch_size)
         opt = {"adam": optim.Adam, "adamw": optim.AdamW, "muon": optim.Muon}[training.optimizer](learning_rate=1e-5)
         peaks, reports = [], []

@@ -53,11 +53,11 @@ def render(model, run, estimate, usable, plans, stats=None, measured=None, notes
     for p in estimate.phases:
         parts = ", ".join(f"{k} {format_size(v)}" for k, v in p.parts.items() if v)
         table.add_row(Text(p.name + (" ◀ peak" if p is peak else ""), style="bold" if p is peak else ""),
-                      format_gb(p.bytes, 2), Text(parts, style="dim"))
+                      format_size(p.bytes), Text(parts, style="dim"))
     console.print(table)
     v = verdict(estimate.peak_bytes, usable)
     print_hanging(f"[bold]Verdict[/]  [{VERDICT_STYLE[v]}]{v}[/]: the peak is the {peak.name.split(':')[0]}, "
-                  f"{format_gb(estimate.peak_bytes, 2)} against a budget of {format_gb(usable)}")
+                  f"{format_size(estimate.peak_bytes)} against a budget of {format_gb(usable)}")
     singles, combo = plans["singles"], plans["combination"]
     if singles:
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="What each change would need", title_justify="left")
@@ -67,12 +67,12 @@ def render(model, run, estimate, usable, plans, stats=None, measured=None, notes
         table.add_column("costs", style="dim")
         for c in singles:
             w = verdict(c.bytes, usable)
-            table.add_row(c.flags, format_gb(c.bytes, 2), Text(w, style=VERDICT_STYLE[w]), c.cost)
+            table.add_row(c.flags, format_size(c.bytes), Text(w, style=VERDICT_STYLE[w]), c.cost)
         console.print(table)
     if combo:
         w = verdict(combo[-1].bytes, usable)
         flags = " ".join(c.flags for c in combo)
-        print_hanging(f"[bold]Plan[/]     [{VERDICT_STYLE[w]}]{w}[/] together: {flags} ({format_gb(combo[-1].bytes, 2)})")
+        print_hanging(f"[bold]Plan[/]     [{VERDICT_STYLE[w]}]{w}[/] together: {flags} ({format_size(combo[-1].bytes)})")
     if measured is not None:
         render_measured(run, estimate, measured)
 
