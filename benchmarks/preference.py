@@ -4,12 +4,14 @@ mlxfit's measuring child (mlxfit/measure/preference_child.py) on random-weight
 models built from a config.
 
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libopenblas.so.0 python benchmarks/preference.py \
-        [--out benchmarks/results/preference.md] [--only N]
+        [--out benchmarks/results/preference.md] [--json rows.jsonl] [--only 0-5,9]
+    python benchmarks/preference.py --rescore benchmarks/results/preference.jsonl   # estimates only
 
-Each row: the mode and settings, the estimate's peak and phase, the measured peak
-(the largest of the trainer's per-step mx.get_peak_memory, reset after each report),
-the estimate's error, and for GRPO the longest completion the trainer reported
-(forced to --max-completion-length by a tokenizer stand-in with no stop tokens).
+Each row: random weights saved as a model folder with a tiny tokenizer and a
+train.jsonl; mlx_lm_lora.train's own peak over 3 iterations; --measure's peak (the
+trainer run by mlxfit's child on synthesized batches); the estimate at the widest
+batch mlx-lm-lora builds from the file. benchmarks/results/preference.jsonl keeps the
+measured rows, so --rescore recomputes the estimates without running anything.
 Needs mlx-lm-lora (pip install 'mlxfit[rl]').
 """
 
