@@ -20,12 +20,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..errors import BadInput, MlxfitError
-from ..estimate.plan import predict, training_for
-from ..model.resolve import ModelInfo
-from ..model.training import FINE_TUNE_TYPES, TrainingConfig
-from ..units import format_size
-from . import parent as measuring
+from ...errors import BadInput, MlxfitError
+from ...estimate.plan import predict, training_for
+from ...model.resolve import ModelInfo
+from ...model.training import FINE_TUNE_TYPES, TrainingConfig
+from ...units import format_size
+from .. import parent as measuring
 
 # Sweepable settings, outermost first: the order combinations are built in
 # before they are sorted by predicted memory.
@@ -274,7 +274,7 @@ class CsvLog:
         (mlxfit/files.py), so a full disk leaves the rows before it whole."""
         import io
 
-        from ..files import write_atomically
+        from ...files import write_atomically
 
         self.check()
         before = b"" if self._header() is None else self.path.read_bytes()
@@ -423,8 +423,8 @@ def run_sweep(
             else:
                 row = measurement_row(model.id, p, usable_bytes, m, wall)
                 if record and model.architecture is not None:
-                    from ..estimate.calibration import architecture_key
-                    from ..estimate.calibration import record as store
+                    from ...estimate.calibration import architecture_key
+                    from ...estimate.calibration import record as store
 
                     store(model.id, p.training.to_dict(), m.backend, p.raw_predicted_bytes, m.to_dict(),
                           architecture=architecture_key(model))
@@ -659,7 +659,7 @@ def measure_once(model: ModelInfo, training: TrainingConfig, steps: int, timeout
 
 
 def _measure_by_slice(model: ModelInfo, training: TrainingConfig, steps: int, timeout, on_event):
-    from .slicing import measure_by_slices, plan_slices
+    from ..slicing import measure_by_slices, plan_slices
 
     try:
         plan_slices(model.architecture, training)
