@@ -26,6 +26,7 @@ from ...model.resolve import ModelInfo
 from ...model.training import FINE_TUNE_TYPES, TrainingConfig
 from ...units import format_size
 from .. import parent as measuring
+from .once import measure_once, speed
 
 # Sweepable settings, outermost first: the order combinations are built in
 # before they are sorted by predicted memory.
@@ -337,11 +338,6 @@ def eta_seconds(walls: list[float], to_measure: int) -> float | None:
     return sum(walls) / len(walls) * to_measure
 
 
-def speed(m) -> float | None:
-    """Tokens per second of a whole measurement; None for a slice, whose speed is not the run's."""
-    return round(m.tokens_per_second, 2) if m.step_seconds else None
-
-
 def measurement_row(model_id: str, planned: Planned, usable: int, m, wall: float) -> Row:
     steady = m.step_seconds[1:] or m.step_seconds
     return Row(
@@ -639,32 +635,3 @@ def find_max(
         else:
             candidate = max(min(guess, candidate - unit), (best or 0) + unit)
     return replace(result, value=best, measured=True, settled=settled, runs=tuple(runs))
-
-
-def measure_once(model: ModelInfo, training: TrainingConfig, steps: int, timeout, on_event, by_slice: bool = False):
-    """(Measurement, None), or (None, the MeasurementFailed) for a run that died,
-    timed out or cannot be measured here; a Ctrl-C that stopped the child is
-    raised again as KeyboardInterrupt, not recorded as a failure. `by_slice`:
-    measure a slice of the run and extrapolate (mlxfit/measure/slicing.py)."""
-    with measuring.InterruptWatch() as watch:
-        try:
-            if by_slice:
-                return _measure_by_slice(model, training, steps, timeout, on_event), None
-            request = measuring.request_for(model, training, max_steps=steps)
-            return measuring.measure(request, timeout=timeout, on_event=on_event), None
-        except measuring.MeasurementFailed as e:
-            if watch.seen:
-                raise KeyboardInterrupt from None
-            return None, e
-
-
-def _measure_by_slice(model: ModelInfo, training: TrainingConfig, steps: int, timeout, on_event):
-    from ..slicing import measure_by_slices, plan_slices
-
-    try:
-        plan_slices(model.architecture, training)
-    except MlxfitError as e:
-        raise measuring.MeasurementFailed(
-            f"not measured: predicted over what this machine can hold, and {e}", kind="refused"
-        ) from e
-    return measure_by_slices(model, training, None, steps, timeout=timeout, on_event=on_event)
