@@ -10,6 +10,7 @@ from pathlib import Path
 from ...errors import MlxfitError
 from ...model.training import TrainingConfig
 
+# On and off in the words --grad-checkpoint takes; a CSV row's on/off is read back by it too.
 _ON = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
 
 # The CSV: the configuration columns identify a run (what --resume matches on).
@@ -29,9 +30,6 @@ UNKNOWN = "unknown"  # the measurement timed out: neither fits nor does not fit
 FINAL = (MEASURED, FAILED)  # a stored row with one of these is never run again (an unknown one is)
 # Exit status of a sweep or --max with a timed-out measurement whose answer is unknown.
 EXIT_UNKNOWN = 3
-
-
-# --- rows and the CSV log -------------------------------------------------
 
 
 def _config(model_id: str, training: TrainingConfig) -> dict:
