@@ -235,8 +235,8 @@ def model_and_training(spec: dict):
     config = dict(ARCHS[spec["arch"]], torch_dtype=spec["dtype"])
     model = _from_config(spec["arch"], "catalog", config)
     training = TrainingConfig(
-        fine_tune_type="full" if spec["method"] == "full" else ("dora" if spec["method"] == "dora" else "lora"),
-        quantize=spec["method"] == "qlora",
+        fine_tune_type="full" if spec["method"] == "full" else ("dora" if spec["method"] in ("dora", "qdora") else "lora"),
+        quantize=spec["method"] in ("qlora", "qdora"),
         batch_size=spec["batch_size"],
         max_seq_length=spec["max_seq_length"],
         rank=spec["rank"],

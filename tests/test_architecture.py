@@ -213,6 +213,24 @@ def test_multimodal_config_counts_its_language_model():
     assert architecture_from_config(outer).params == count(model.parameters())
 
 
+@pytest.mark.parametrize("name, attn, final", [("gemma2", True, True), ("gemma3n", False, True),
+                                                 ("gemma4_text", False, True), ("llama", False, False)])
+def test_softcap_is_read_per_place_from_mlx_lm(name, attn, final):
+    """gemma2's attention caps its scores with tanh before the softmax; gemma3n and gemma4 cap
+    only the logits and call scaled_dot_product_attention unchanged (no extra scores buffer)."""
+    import importlib
+    import inspect
+
+    arch = architecture_from_config(CONFIGS[name])
+    assert (arch.attn_softcap, arch.softcap) == (attn, final)
+    if name.startswith("gemma"):
+        module = importlib.import_module(f"mlx_lm.models.{name}")
+        attention = inspect.getsource(getattr(module, "Attention", None) or module.Gemma3nAttention)
+        assert ("tanh" in attention) == attn
+        assert ("scaled_dot_product_attention(" in attention) == (not attn)
+        assert "tanh" in inspect.getsource(module) and "final_logit_softcapping" in inspect.getsource(module)
+
+
 def test_unknown_model_type_names_it():
     with pytest.raises(lazy_model.UnknownModelType, match="no model for model_type 'bert'"):
         architecture_from_config({"model_type": "bert", "hidden_size": 8})

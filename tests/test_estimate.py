@@ -1,5 +1,7 @@
 """Each exact part of the breakdown equals the real arrays of the model mlx-lm trains."""
 
+import dataclasses
+
 import mlx.core as mx
 import pytest
 from mlx.utils import tree_flatten
@@ -52,6 +54,41 @@ def test_dora_adds_its_magnitude_vector(name):
     training = TrainingConfig(fine_tune_type="dora", num_layers=1, rank=8)
     model = trained_model(config, training)
     assert features(info, training)["trainable_bytes"] == nbytes(model.trainable_parameters())
+
+
+@pytest.mark.parametrize("grad_checkpoint", [False, True])
+def test_qdora_keeps_every_adapted_layers_dequantized_weight(grad_checkpoint):
+    """dora.py on a quantized base: y = x @ dequantize(w).T keeps the dequantized weight for the
+    backward, in every trained block (under checkpointing too: compile merges the recompute's
+    dequantize of the frozen weights with the forward's). The count is mlx-lm's own DoRA layers'
+    weights in the model dtype, plus one float32 adapted weight being built; a real QDoRA step
+    (its evaluation synchronous) holds at least those weights more than the same QLoRA step."""
+    from mlx_lm.tuner.dora import DoRALinear
+
+    from mlxfit.measure.steps import batches, evaluated_synchronously, full_length_dataset, run_steps
+
+    config, info = tiny("llama", "float32")
+    training = TrainingConfig(fine_tune_type="dora", quantize=True, num_layers=2, rank=4, batch_size=1,
+                              max_seq_length=32, grad_checkpoint=grad_checkpoint)
+    model = trained_model(config, training)
+    doras = [m for _, m in model.named_modules() if isinstance(m, DoRALinear)]
+    dequantized = sum(m._dequantized_weight().nbytes for m in doras)
+    largest = max(m._dequantized_weight().size for m in doras) * 4
+    assert doras and features(info, training)["qdora_weights_bytes"] == dequantized + largest
+    assert features(info, TrainingConfig(fine_tune_type="dora", num_layers=2, rank=4))["qdora_weights_bytes"] == 0
+    del doras
+
+    def step_peak(training):
+        model = trained_model(config, training)
+        data = full_length_dataset(1, 32, config["vocab_size"])
+        mx.reset_peak_memory()
+        before = mx.get_active_memory()
+        with evaluated_synchronously():
+            records = run_steps(model, training, batches(data, training), max_steps=4)
+        return max(r.peak_bytes for r in records) - before
+
+    qlora = dataclasses.replace(training, fine_tune_type="lora")
+    assert step_peak(training) - step_peak(qlora) >= dequantized
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3_moe", "mixtral", "phi3"])

@@ -284,7 +284,7 @@ def test_cross_validated_accuracy():
     typical length <= 10% (the target), exact-length runs' median within 5% and none off by more
     than 16%, the logged peak inside the range (from the other sources' residuals, per kind) on
     at least 85% of runs. Two targets are missed and reported, not hidden: every exact-length
-    run within 12% (Gemma 4 E4B at batch 8 is +15.1%) and 90% inside the range (42 of 47):
+    run within 12% (Gemma 4 E4B at batch 8 is +15.0%) and 90% inside the range (42 of 47):
     benchmarks/results/mac_evidence.md."""
     import statistics
 

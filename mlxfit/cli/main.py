@@ -8,6 +8,8 @@ import click
 from .. import __version__
 from ..errors import BadInput
 from ..model.training import FINE_TUNE_TYPES, OPTIMIZERS
+from . import preference
+from .preference import preference_options
 from .options import (
     CONTEXT_SETTINGS,
     get_machine,
@@ -67,7 +69,7 @@ def _default(name):
 @click.option("--model", "-m", "model_spec", metavar="MODEL", help="A folder with config.json, a Hugging Face repo id, a catalog id (mlxfit models) or a size like 7B. Default: Qwen/Qwen3-0.6B.")
 @click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="An mlx_lm.lora YAML config; flags given here override it, as in mlx-lm.")
 @click.option("--data", metavar="DIR|FILE", help="Training data as mlx-lm reads it (a folder with train.jsonl, or one .jsonl): the widest batch drives the estimate.")
-@click.option("--fine-tune-type", type=click.Choice(FINE_TUNE_TYPES), help=f"As in mlx_lm.lora [default: {_default('fine_tune_type')}].")
+@click.option("--fine-tune-type", "--train-type", "fine_tune_type", type=click.Choice(FINE_TUNE_TYPES), help=f"As in mlx_lm.lora (--train-type: mlx_lm_lora.train's name) [default: {_default('fine_tune_type')}].")
 @click.option("--method", type=click.Choice(["lora", "qlora", "full"]), help="Shortcut: qlora = LoRA on a 4-bit base; full = --fine-tune-type full.")
 @click.option("--num-layers", type=int, help=f"Blocks to train, counted from the last; -1 for all [default: {_default('num_layers')}].")
 @click.option("--batch-size", type=int, help=f"Examples per step [default: {_default('batch_size')}].")
@@ -78,7 +80,7 @@ def _default(name):
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), help=f"The optimizer, as in mlx_lm.lora; its state is part of the peak [default: {_default('optimizer')}].")
 @click.option("--mask-prompt/--no-mask-prompt", default=None, help="Mask the prompt in the loss, as mlx_lm.lora --mask-prompt.")
 @click.option("--bits", type=int, help="QLoRA: bits per weight of the quantized base: 2, 3, 4, 5, 6 or 8 [default: 4].")
-@click.option("--group-size", type=int, help="QLoRA: quantization group size: 32, 64 or 128, as MLX quantizes [default: 64].")
+@click.option("--group-size", type=int, help="QLoRA: quantization group size: 32, 64 or 128, as MLX quantizes [default: 64]. With --train-mode grpo: completions per prompt, as mlx_lm_lora.train [default: 4].")
 @click.option("--skip-bad-lines", is_flag=True, help="With --data: skip malformed lines (reported) instead of stopping at the first.")
 @click.option("--trust-remote-code", is_flag=True, help="With --data: let the tokenizer run code from its repository.")
 @click.option("--hosts", type=click.IntRange(min=1), help="Data-parallel nodes under mlx.launch: each holds the whole model and batch-size / hosts examples.")
@@ -91,6 +93,7 @@ def _default(name):
 @click.option("--force", is_flag=True, help="Measure the whole run even when the estimate says it does not fit.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds before a measurement is stopped.")
 @click.option("--steps", type=click.IntRange(min=3), default=6, show_default=True, help="Most steps to measure; stops earlier once the peak has held for two steps.")
+@preference_options
 @machine_options
 @json_option
 @handle_errors
@@ -120,6 +123,10 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
         for flag, given in (("--memory", memory), ("--gpu-memory", gpu_memory), ("--hosts", training_flags.get("hosts"))):
             if given is not None:
                 raise BadInput(f"{flag} with --hostfile: the hostfile gives every host and its memory; leave {flag} out")
+    pref = {k: training_flags.pop(k) for k in preference.FLAGS}
+    if preference.wanted(pref["train_mode"], config_path):  # mlx-lm-lora's dpo, cpo, orpo, grpo
+        return preference.probe(model_spec, config_path, data, training_flags, pref, get_machine(memory, gpu_memory, reserve),
+                                backend, do_measure, timeout, steps, json_)
     if json_:
         progress = answers.Silent()
     else:

@@ -216,6 +216,7 @@ def _figures(b: Block, h: int, keys) -> dict[str, int]:
         "heads": b.heads,
         "adapter_out": sum(l.out_features for l in adapted),
         "dora_weight": max((l.in_features * l.out_features for l in adapted), default=0),
+        "adapted_weights": sum(l.in_features * l.out_features for l in adapted),
         "qk_norm": (b.heads + b.kv_heads) * b.head_dim if b.qk_norm else 0,
         "fused": sum(l.out_features for l in b.linears if l.path.endswith(FUSED)),
         "block": 1,
@@ -293,6 +294,21 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
     if training.fine_tune_type == "dora":
         # dora.py __call__: the adapted weight w + scale * B^T A^T (float32) of a layer.
         dora_weights = largest("dora_weight") * 4
+    # dora.py __call__ on a quantized base: w = mx.dequantize(...) and y = x @ w.T, whose VJP
+    # needs w, so every adapted layer's dequantized weight (the model dtype) is kept until that
+    # layer's backward (traced on the CPU: QDoRA of an 8-block 4-bit model at 1 x 32 holds one
+    # full-precision weight per adapted layer at its peak). On a dense base w is the resident
+    # weight itself. Counted, not fitted, and for every trained block even under checkpointing:
+    # grad_checkpoint passes only the trainable parameters through mx.checkpoint, so the
+    # recompute's dequantize of the frozen weights has the forward's inputs and the compiled
+    # step's compile_simplify merges the two (traced: 4 checkpointed blocks keep all 4 blocks').
+    # The fitted dora term (the CPU grid's DoRA rows, all on dense bases) stands for the dense
+    # path's temporaries; on a quantized base what the trace shows is the kept weights plus one
+    # float32 adapted weight (w + scale * B^T A^T) being built, so that replaces it.
+    qdora = training.fine_tune_type == "dora" and (training.quantize or model.quantized)
+    qdora_weights = sum(trained.get("adapted_weights", ())) * s + dora_weights if qdora else 0
+    if qdora:
+        dora_weights = 0
     base_bytes, trainable_elements, trainable_bytes, optimizer_bytes = counted_totals(model, training)
     by_width = {}
     for k in ("h", "qkv", "inter"):
@@ -329,6 +345,7 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         "qk_norm_full_bytes": B * T * s * over_blocks("qk_norm") if full else 0,
         "logits_bytes": B * T * V * s,
         "dora_bytes": dora_weights,
+        "qdora_weights_bytes": qdora_weights,
         "adapter_act_bytes": adapter_outputs,
         # Measured: a model with fused projections (phi3) keeps each split output's
         # gradient, and its frozen leading blocks' activations stay alive too (those
@@ -337,10 +354,11 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         "frozen_fused_bytes": (B * T * every["one_block"][-1] * s + B * every["heads"][-1] * T * T * s) * frozen_blocks
         if fused and n else 0,
         "dora_act_bytes": adapter_outputs if training.fine_tune_type == "dora" else 0,
-        # gemma2: manual attention with tanh capping of the scores and the logits.
-        "softcap_scores_bytes": scores if arch.softcap else 0,
+        # Tanh capping: of the scores only in gemma2's manual attention (attn_logit_softcapping),
+        # of the logits wherever final_logit_softcapping is set (gemma2, gemma3n, gemma4).
+        "softcap_scores_bytes": scores if arch.attn_softcap else 0,
         "softcap_logits_bytes": B * T * V * s if arch.softcap else 0,
-        "softcap": arch.softcap,
+        "attn_softcap": arch.attn_softcap,
         # Gated delta (mlx_lm/models/gated_delta.py gated_delta_ops, which training
         # runs on every backend: qwen3_5 passes use_kernel=not self.training): a
         # Python loop over the T tokens keeps each step's float32 state
@@ -381,6 +399,7 @@ TERMS = (
     ("adapter_act", "adapter_act_bytes", "adapter outputs", KEPT),
     ("dora", "dora_bytes", "dora temporaries", KEPT),
     ("dora_act", "dora_act_bytes", "dora temporaries", KEPT),
+    ("qdora_weights", "qdora_weights_bytes", "dora temporaries", KEPT),
     ("logits", "logits_bytes", "logits and gradient", LOSS),
     ("scores_ahead", "scores_ahead_bytes", "attention scores", LOSS),
     ("logits_softcap", "softcap_logits_bytes", "logits and gradient", LOSS),
@@ -415,7 +434,7 @@ def backend_features(f: dict, backend: str, runtime: Runtime | None = None, head
         # is its own buffer (mlx-lm PR #53: 47.3 GB uncompiled vs 40.5 GB compiled).
         f["uncompiled_bytes"] = sum(f[k] for k in ("act_h_bytes", "act_qkv_bytes", "act_inter_bytes", "adapter_act_bytes"))
     cudnn = f["s"] == 2 and (head_dim is None or (head_dim <= 128 and head_dim % 8 == 0))
-    if backend == "cuda" and cudnn and not f["softcap"]:
+    if backend == "cuda" and cudnn and not f["attn_softcap"]:
         if f["tokens"] % 128 == 0:
             # mlx/backend/cuda/scaled_dot_product_attention.cpp: cuDNN's fused attention
             # and its VJP run when the query length is a multiple of 128; only a float32

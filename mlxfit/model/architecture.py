@@ -90,7 +90,8 @@ class Architecture:
     embedding_params: int
     lm_head_params: int
     other_params: int  # final norm and anything else outside the blocks
-    softcap: bool = False  # gemma2: tanh capping of scores and logits
+    softcap: bool = False  # tanh capping of the logits (final_logit_softcapping: gemma2, gemma3n, gemma4)
+    attn_softcap: bool = False  # tanh capping of the attention scores (attn_logit_softcapping: gemma2 only)
     # Figures worked out once from the blocks (mlxfit/estimate/detailed.py); a copy made by
     # dataclasses.replace starts empty.
     memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -370,15 +371,17 @@ def from_model(model: nn.Module, config: dict) -> Architecture:
         embedding_params=sum(math.prod(_dims(m)) for _, m in embeddings),
         lm_head_params=sum(math.prod(_dims(m)) for _, m in heads),
         other_params=sum(v.size for k, v in outside.items() if k not in counted),
-        softcap=_softcap(model, inner),
+        softcap=_softcap(model, inner, "final_logit_softcapping"),
+        attn_softcap=_softcap(model, inner, "attn_logit_softcapping"),
     )
 
 
-def _softcap(model: nn.Module, config: dict) -> bool:
-    """gemma2-style tanh capping of scores or logits, by the model's own arguments."""
-    names = ("attn_logit_softcapping", "final_logit_softcapping")
+def _softcap(model: nn.Module, config: dict, name: str) -> bool:
+    """tanh capping by the model's own arguments: `final_logit_softcapping` caps the logits,
+    `attn_logit_softcapping` the attention scores (gemma2's manual attention; gemma3n and
+    gemma4 cap only their logits and run mx.fast.scaled_dot_product_attention unchanged)."""
     args = getattr(model, "args", None) or getattr(getattr(model, "language_model", None), "args", None)
-    return any(getattr(args, n, None) or config.get(n) for n in names)
+    return bool(getattr(args, name, None) or config.get(name))
 
 
 def supported_model_types() -> list[str]:
