@@ -318,7 +318,7 @@ def main(argv=None) -> int:
         coeffs["metal"] = {k: round(float(v), 4) for k, v in full_c.items()}
         coeffs["cuda"] = dict(coeffs["metal"])
         coeffs["_metal"] = (
-            "metal: the cpu coefficients with METAL.md's mechanisms (benchmarks/mac_evidence.py PRIOR; counted, not "
+            "metal: the cpu coefficients with the Metal mechanisms of docs/estimate.md (benchmarks/mac_evidence.py PRIOR; counted, not "
             f"fitted: checkpoint {CHECKPOINT} block input per checkpointed block, adapter outputs {ADAPTER_OUTPUTS}) "
             "times multipliers that no mechanism sets, fitted on the public Mac runs "
             f"({', '.join(f'{k} {v:.3f}' for k, v in theta.items())}); "
@@ -358,9 +358,13 @@ import json, sys
 from mlx_train_perf.plan.estimate import ModelShape, TrainConfig, plan_fit
 out = {}
 for key, config, kw in json.load(sys.stdin):
-    shape = ModelShape.from_config(config)
-    out[key] = [plan_fit(shape, TrainConfig(**{**kw, "seq_len": n}), budget_bytes=10**13).predicted_peak_bytes
-                for n in kw.pop("seq_lens")]
+    lengths = kw.pop("seq_lens")
+    try:  # a model it cannot shape (a model_type it does not know) is one it does not model
+        shape = ModelShape.from_config(config)
+        out[key] = [plan_fit(shape, TrainConfig(**{**kw, "seq_len": n}), budget_bytes=10**13).predicted_peak_bytes
+                    for n in lengths]
+    except Exception as e:
+        print(f"mlx-train-perf cannot plan {key}: {type(e).__name__}: {e}", file=sys.stderr)
 print(json.dumps(out))
 """
 
@@ -493,8 +497,8 @@ def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, c
         f"- Shipped ranges (measured / predicted): metal {metal_range[0]:.3f}–{metal_range[1]:.3f}, "
         f"cpu {cpu_rng[0]:.3f}–{cpu_rng[1]:.3f} (from the accuracy grid), rule {rule_rng[0]:.2f}–{rule_rng[1]:.2f}.",
         "- Counted, not fitted: one input per checkpointed block (mx.checkpoint), no adapted layer's output kept "
-        "(lora.py's backward needs x and x @ lora_a). Fitted multipliers on the CPU coefficients with METAL.md's "
-        "mechanisms (no mechanism sets them): " + ", ".join(f"{k} {v:.3f}" for k, v in theta.items()) + ".",
+        "(lora.py's backward needs x and x @ lora_a). Fitted multipliers on the CPU coefficients with the Metal "
+        "mechanisms of docs/estimate.md (no mechanism sets them): " + ", ".join(f"{k} {v:.3f}" for k, v in theta.items()) + ".",
         "",
         "| run | set | trust | model | method | batch × width | logged GB | predicted GB (cv) | error (cv) | inside | implied longest | rule GB (error) | mlx-train-perf plan GB (error) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",

@@ -294,3 +294,24 @@ def test_unmeasured_block_kinds_are_approximate_and_point_to_measure(platform):
     assert {e["basis"] for e in data["estimates"]} == {"approximate"}
     assert "--measure" in " ".join(run(*args).output.split())
     assert {e["basis"] for e in run_json("probe", "--model", "Qwen/Qwen3-4B")["estimates"]} == {"detailed"}
+
+
+def test_probe_answer_is_data_the_cli_only_prints(platform, capsys):
+    """mlxfit.answer.probe returns probe's answer without printing; the CLI's JSON is its to_dict."""
+    from mlxfit import answer
+
+    platform(MAC_36GB)
+    flags = {"batch_size": 2, "mask_prompt": None}
+    got = answer.probe("Qwen/Qwen3-0.6B", flags, memory=16 * GB)
+    assert capsys.readouterr() == ("", "")
+    assert flags == {"batch_size": 2, "mask_prompt": None}  # the caller's flags are left as given
+    assert got.to_dict() == run_json("probe", "Qwen/Qwen3-0.6B", "--memory", "16GB", "--batch-size", "2")
+
+
+def test_the_answer_draws_nothing_and_nothing_below_imports_it():
+    from test_fast_plans import import_graph
+
+    graph = import_graph()
+    assert not {d for d in graph["mlxfit.answer"] if d.startswith(("mlxfit.render", "mlxfit.cli"))}
+    users = {m for m, deps in graph.items() if "mlxfit.answer" in deps}
+    assert users and all(m.startswith(("mlxfit.cli", "mlxfit.render")) for m in users), users

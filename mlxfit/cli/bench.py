@@ -1,4 +1,4 @@
-"""`mlxfit bench`: parse, call mlxfit/measure/bench.py, render with mlxfit/render/bench.py.
+"""`mlxfit bench`: parse, call mlxfit/measure/bench/, render with mlxfit/render/bench.py.
 
 Registered on the group in mlxfit/cli/main.py with `cli.add_command(bench)`.
 """

@@ -7,6 +7,7 @@ import os
 
 import click
 
+from ..answer import get_machine, local_calibration, local_usable_bytes  # noqa: F401  (shared by every command)
 from ..errors import MlxfitError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -113,32 +114,8 @@ def json_option(fn):
     return click.option("json_", "--json", is_flag=True, help="Print one JSON object (bytes as integers) instead of text.")(fn)
 
 
-def get_machine(memory, gpu_memory, reserve):
-    from ..machine import build_machine, read_platform
-
-    return build_machine(read_platform(), reserve=reserve, memory=memory, gpu_memory=gpu_memory)
-
-
-def local_usable_bytes(machine, reserve) -> int:
-    """What a measurement may take: this machine's budget, whatever --memory or
-    --gpu-memory plan for (a measurement runs here, not on the planned machine)."""
-    return get_machine(None, None, reserve).usable_bytes if machine.hypothetical else machine.usable_bytes
-
-
 def print_json(data: dict) -> None:
     """JSON on stdout (bytes as integers), without loading the text renderer."""
     import json
 
     click.echo(json.dumps(data, indent=2))
-
-
-def local_calibration(machine, backend, model, training=None, length=None):
-    """Stored measurements correct estimates for this machine's own backend only,
-    and only of the architecture they measured at close settings (with `training`
-    at `length`, the widest batch of the data: None unless that run has a close
-    measurement)."""
-    from ..estimate.calibration import calibration
-
-    if machine.hypothetical or (backend and backend != machine.backend) or model.architecture is None:
-        return None
-    return calibration(machine.backend, model, training, length)

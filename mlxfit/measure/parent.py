@@ -219,11 +219,13 @@ def run_child(
     timeout: float | None = None,
     on_event: Callable[[dict], None] = lambda e: None,
     memory_cap: int | None = None,
+    module: str = "mlxfit.measure.child",
 ) -> dict:
-    """Run the child on one request; return its "done" event or raise MeasurementFailed."""
+    """Run the child on one request; return its "done" event or raise MeasurementFailed.
+    `module`: the child (mlxfit/measure/preference_child.py for mlx-lm-lora's modes)."""
     with tempfile.TemporaryDirectory(prefix="mlxfit-") as workdir:
         child = subprocess.Popen(
-            [sys.executable, "-m", "mlxfit.measure.child"],
+            [sys.executable, "-m", module],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

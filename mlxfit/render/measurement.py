@@ -100,3 +100,16 @@ def render_expectation(expectation) -> None:
 
     print_hanging(f"[bold]Expect[/]   about {format_seconds(expectation.low_seconds)}-"
                   f"{format_seconds(expectation.high_seconds)}: {words(expectation)}, plus building the model")
+
+
+def render_slices(plan, slices, need: int, usable: int, whole: int | None) -> None:
+    """Said before a slice is measured: what is measured, and why a slice when the whole would not fit here."""
+    why = ""
+    if plan.machine.hypothetical and whole is not None and whole > usable:
+        why = (f"; the whole run (about {format_gb(whole)}) would not fit this machine's {format_gb(usable)} budget, "
+               "and a measurement runs here")
+    print_hanging(
+        f"[bold]Slice[/]    measuring {slices.describe()}: {len(slices.slices)} short runs in one process, "
+        f"each about {format_gb(need)} at most, extrapolated to the whole model{why}",
+    )
+

@@ -447,3 +447,26 @@ def render_hosts(checks: list[dict]) -> None:
 def render_advice(notes: list[str]) -> None:
     for note in notes:
         print_hanging(f"[yellow]advice:[/] {note}", indent=2)
+
+
+def render_answer(answer) -> None:
+    """All of probe's answer (mlxfit.answer.Answer) as text: what it was given, the plan,
+    the advice, each node's check, the measurement, and the note on units."""
+    from . import inputs, measurement
+
+    inputs.render_config_notes(answer.resolved)
+    inputs.render_input_warnings(answer.warnings)
+    if answer.stats is not None:
+        inputs.render_data(answer.stats)
+    if answer.validation is not None:
+        inputs.render_validation(answer.validation)
+    nodes = None
+    if answer.hosts:
+        nodes = [f"per node: {len(answer.hosts)} hosts in {answer.hostfile}", f"planned for the smallest, {answer.tightest.name}"]
+    render_plan(answer.plan, nodes=nodes, longest=answer.longest)
+    render_advice(answer.advice)
+    if answer.host_checks is not None:
+        render_hosts(answer.host_checks)
+    if answer.comparison is not None:
+        measurement.render_comparison(answer.comparison)
+    render_units_note()

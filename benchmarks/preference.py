@@ -1,0 +1,301 @@
+"""DPO, CPO, ORPO and GRPO on this machine's CPU: the estimate against real steps of
+mlx-lm-lora's own trainers (train_dpo, train_cpo, train_orpo, train_grpo), run by
+mlxfit's measuring child (mlxfit/measure/preference_child.py) on random-weight
+models built from a config.
+
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libopenblas.so.0 python benchmarks/preference.py \
+        [--out benchmarks/results/preference.md] [--json rows.jsonl] [--only 0-5,9]
+    python benchmarks/preference.py --rescore benchmarks/results/preference.jsonl   # estimates only
+
+Each row: random weights saved as a model folder with a tiny tokenizer and a
+train.jsonl; mlx_lm_lora.train's own peak over 3 iterations; --measure's peak (the
+trainer run by mlxfit's child on synthesized batches); the estimate at the widest
+batch mlx-lm-lora builds from the file. benchmarks/results/preference.jsonl keeps the
+measured rows, so --rescore recomputes the estimates without running anything.
+Needs mlx-lm-lora (pip install 'mlxfit[rl]').
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CONFIGS = {
+    "llama-tied-8k": {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 8,
+                      "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 8192, "rms_norm_eps": 1e-5,
+                      "tie_word_embeddings": True},
+    "qwen3-16k": {"model_type": "qwen3", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 6,
+                  "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 16384,
+                  "rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "rope_theta": 1e6, "tie_word_embeddings": False},
+}
+# (config, mode, words of text per chosen response or prompt, flags for resolve_run)
+L8, Q16 = "llama-tied-8k", "qwen3-16k"
+GRID = [
+    (L8, "dpo", 128, {}),
+    (L8, "cpo", 128, {}),
+    (L8, "orpo", 128, {}),
+    (L8, "grpo", 32, {"rl_group_size": 2, "max_completion_length": 32}),
+    (L8, "dpo", 256, {"batch_size": 2}),
+    (L8, "dpo", 128, {"fine_tune_type": "dora"}),
+    (L8, "dpo", 128, {"load_in_4bits": True}),
+    (L8, "dpo", 128, {"fine_tune_type": "full"}),
+    (L8, "dpo", 256, {"grad_checkpoint": True}),
+    (L8, "dpo", 128, {"num_layers": 4}),
+    (Q16, "dpo", 128, {}),
+    (Q16, "dpo", 256, {"batch_size": 2, "grad_checkpoint": True}),
+    (L8, "cpo", 128, {"fine_tune_type": "full"}),
+    (L8, "cpo", 256, {"batch_size": 2}),
+    (L8, "cpo", 128, {"fine_tune_type": "dora"}),
+    (Q16, "cpo", 256, {"grad_checkpoint": True}),
+    (L8, "cpo", 128, {"num_layers": 4}),
+    (L8, "orpo", 256, {"grad_checkpoint": True}),
+    (L8, "orpo", 128, {"load_in_4bits": True}),
+    (L8, "orpo", 128, {"fine_tune_type": "full"}),
+    (Q16, "orpo", 128, {"batch_size": 2}),
+    (L8, "grpo", 32, {"rl_group_size": 4, "max_completion_length": 64}),
+    (L8, "grpo", 16, {"rl_group_size": 8, "max_completion_length": 16}),
+    (L8, "grpo", 32, {"rl_group_size": 2, "max_completion_length": 128, "grad_checkpoint": True}),
+    (L8, "grpo", 32, {"rl_group_size": 2, "max_completion_length": 64, "beta": 0.0}),
+    (L8, "grpo", 32, {"rl_group_size": 2, "max_completion_length": 32, "fine_tune_type": "dora"}),
+    (L8, "grpo", 32, {"rl_group_size": 4, "max_completion_length": 32, "load_in_4bits": True}),
+    (L8, "grpo", 16, {"rl_group_size": 2, "max_completion_length": 16, "fine_tune_type": "full"}),
+    (Q16, "grpo", 32, {"rl_group_size": 2, "max_completion_length": 64}),
+    (Q16, "grpo", 32, {"rl_group_size": 4, "max_completion_length": 32, "batch_size": 2}),
+]
+
+
+WORDS = ("the quick brown fox jumps over the lazy dog ; a model learns from data : memory fits "
+         "or it does not , user assistant system").split()
+CHAT_TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<s>assistant:{% endif %}")
+
+# mlx_lm_lora.train as its main() runs it, with the run's own callback reading the
+# trainer's peak_memory at full precision, and the two changes the CPU needs.
+REAL = r"""
+import sys, json
+from mlxfit.measure.preference_child import supply_working_set_size
+supply_working_set_size()
+import mlx.core as mx
+if "--train-mode" in sys.argv and sys.argv[sys.argv.index("--train-mode") + 1] == "cpo":
+    mx.disable_compile()
+import yaml
+from mlx_lm_lora import train
+from mlx_lm.tuner.callbacks import TrainingCallback
+args = train.build_parser().parse_args(sys.argv[1:])
+with open(args.config) as f:
+    for k, v in yaml.load(f, Loader=train.yaml_loader).items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, v)
+for k, v in train.CONFIG_DEFAULTS.items():
+    if getattr(args, k, None) is None:
+        setattr(args, k, v)
+peaks, lengths = [], []
+class CB(TrainingCallback):
+    def on_train_loss_report(self, info):
+        peaks.append(info["peak_memory"])
+        if "train_max_generated_tokens" in info:
+            lengths.append(float(info["train_max_generated_tokens"]))
+    def on_val_loss_report(self, info):
+        pass
+train.run(args, training_callback=CB())
+print("RESULT " + json.dumps({"peaks_gb": peaks, "lengths": lengths}))
+"""
+
+
+def make_model_folder(folder: Path, config: dict) -> None:
+    """Random weights saved as a model folder, and a tiny BPE tokenizer with a chat template."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from mlxfit.measure.build import random_model
+
+    model = random_model(config)
+    mx.save_safetensors(str(folder / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([" ".join(WORDS)], trainers.BpeTrainer(vocab_size=150, special_tokens=["<unk>", "<s>", "</s>", "<pad>"]))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(folder)
+
+
+def make_data(folder: Path, mode: str, n: int, rows: int) -> None:
+    """Rows of about n tokens (the chosen/rejected pair, or the prompt for GRPO)."""
+    import random
+
+    rng = random.Random(0)
+
+    def text(k):
+        return " ".join(rng.choice(WORDS) for _ in range(k))
+
+    folder.mkdir(exist_ok=True)
+    lines = []
+    for _ in range(rows):
+        if mode == "grpo":
+            lines.append({"prompt": text(max(n - 12, 1)), "answer": "4"})
+        else:
+            lines.append({"prompt": text(8), "chosen": text(n), "rejected": text(n // 2)})
+    (folder / "train.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+
+
+def real_run(model_dir: Path, data_dir: Path, mode: str, run, workdir: Path) -> dict:
+    """mlx_lm_lora.train on the folders, 3 iterations; its reported peaks."""
+    import os
+    import subprocess
+
+    t = run.training
+    config = workdir / "run.yaml"
+    config.write_text(json.dumps({"fuse": False, "lora_parameters": {"rank": t.rank, "dropout": 0.0, "scale": t.scale}}))
+    argv = ["--model", str(model_dir), "--train", "--data", str(data_dir), "--train-mode", mode,
+            "--train-type", t.fine_tune_type, "--batch-size", str(t.batch_size), "--iters", "3",
+            "--steps-per-report", "1", "--steps-per-eval", "1000", "--save-every", "1000",
+            "--adapter-path", str(workdir / "adapters"), "--max-seq-length", str(t.max_seq_length),
+            "--num-layers", str(t.num_layers), "--beta", str(run.beta), "-c", str(config)]
+    if t.grad_checkpoint:
+        argv.append("--grad-checkpoint")
+    if t.quantize:
+        argv.append(f"--load-in-{t.bits}bits")
+    if mode == "grpo":
+        argv += ["--group-size", str(run.group_size), "--max-completion-length", str(run.max_completion_length)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", REAL, *argv], capture_output=True, text=True, cwd=workdir, env=env,
+                         timeout=900)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError((out.stderr or out.stdout).strip().splitlines()[-1])
+
+
+def one(name, mode, n, flags, tmp: Path) -> dict:
+    """One configuration: build the folders, read the data as mlx-lm-lora batches it,
+    estimate, measure (mlxfit's child), and run mlx_lm_lora.train."""
+    from mlxfit.estimate.preference import estimate_run
+    from mlxfit.measure.preference import measure
+    from mlxfit.model.dataset import load_tokenizer
+    from mlxfit.model.preference import read_data, resolve_run
+    from mlxfit.model.resolve import resolve_model
+
+    model_dir = tmp / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(CONFIGS[name]))
+    make_model_folder(model_dir, CONFIGS[name])
+    run = resolve_run(mode, dict(flags), {})
+    make_data(tmp / "data", mode, n, max(4, 2 * run.training.batch_size))
+    model = resolve_model(str(model_dir))
+    width = read_data(str(tmp / "data"), run, load_tokenizer(model).tokenizer).widest
+    if mode == "grpo":
+        e = estimate_run(model, run, "cpu", prompt_length=width)
+        m = measure(model, run, e.length, prompt_length=width, steps=3, timeout=900)
+    else:
+        e = estimate_run(model, run, "cpu", length=width)
+        m = measure(model, run, width, steps=3, timeout=900)
+    real = real_run(model_dir, tmp / "data", mode, run, tmp)
+    return {"config": name, "mode": mode, "width": width, "flags": flags, "estimate": e.peak_bytes,
+            "phase": e.peak.name, "measured": m.peak_bytes, "measured_completions": list(m.completion_lengths),
+            "compiled": m.compiled, "real": round(max(real["peaks_gb"]) * 1e9), "real_completions": real["lengths"]}
+
+
+def estimate_for(name, mode, width, flags, folder: Path):
+    from mlxfit.estimate.preference import estimate_run
+    from mlxfit.model.preference import resolve_run
+    from mlxfit.model.resolve import resolve_model
+
+    model = resolve_model(str(folder))
+    run = resolve_run(mode, dict(flags), {})
+    if mode == "grpo":
+        return estimate_run(model, run, "cpu", prompt_length=width)
+    return estimate_run(model, run, "cpu", length=width)
+
+
+def rescore(r: dict) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "config.json").write_text(json.dumps(CONFIGS[r["config"]]))
+        e = estimate_for(r["config"], r["mode"], r["width"], r["flags"], Path(tmp))
+    return {**r, "estimate": e.peak_bytes, "phase": e.peak.name}
+
+
+def row(r: dict) -> str:
+    est = (r["estimate"] - r["real"]) / r["real"] * 100
+    mea = (r["measured"] - r["real"]) / r["real"] * 100
+    comp = ""
+    if r["mode"] == "grpo":
+        comp = f"{'/'.join(str(int(x)) for x in r['measured_completions'])} vs {'/'.join(str(int(x)) for x in r['real_completions'])}"
+    return (f"| {r['config']} | {r['mode']}{'' if r['compiled'] else ' (uncompiled)'} | {r['width']} | "
+            f"{json.dumps(r['flags']).replace('|', '/')} | {r['real'] / 1e6:.1f} | {r['estimate'] / 1e6:.1f} | {est:+.1f}% | "
+            f"{r['measured'] / 1e6:.1f} | {mea:+.1f}% | {r['phase']} | {comp} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default="benchmarks/results/preference.md")
+    p.add_argument("--json", help="also write the rows as JSON lines here (appended as they finish)")
+    p.add_argument("--only", help="rows to run, e.g. 0-5 or 3,7")
+    p.add_argument("--rescore", help="recompute the estimates of the rows recorded in this JSON-lines file, run nothing")
+    args = p.parse_args()
+    if args.rescore:
+        results = [rescore(json.loads(line)) for line in Path(args.rescore).read_text().splitlines() if line.strip()]
+        write(results, [row(r) for r in results], args.out)
+        return
+    picks = range(len(GRID))
+    if args.only:
+        picks = [i for part in args.only.split(",") for i in
+                 (range(int(part.split("-")[0]), int(part.split("-")[1]) + 1) if "-" in part else [int(part)])]
+    results, lines = [], []
+    for i in picks:
+        name, mode, n, flags = GRID[i]
+        tic = time.time()
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                r = one(name, mode, n, flags, Path(tmp))
+            except Exception as ex:  # a failed run is a row, not the end of the table
+                lines.append(f"| {name} | {mode} | {n} | {json.dumps(flags)} | failed: {str(ex)[:120]} | | | | | | |")
+                print(lines[-1], flush=True)
+                continue
+        results.append(r)
+        lines.append(row(r))
+        print(lines[-1], f"{time.time() - tic:.0f}s", flush=True)
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(r) + "\n")
+    write(results, lines, args.out)
+
+
+def write(results, lines, out) -> None:
+    head = ["# DPO, CPO, ORPO, GRPO on the CPU: the estimate and --measure against mlx_lm_lora.train", "",
+            "Produced by `benchmarks/preference.py` (mlx-lm-lora 5.10.2, mlx 0.32.4, mlx-lm 0.32.2; 2 shared cores).",
+            "Each row: random weights saved as a model folder with a tiny BPE tokenizer, a train.jsonl, then",
+            "(1) mlxfit's estimate at the widest batch mlx-lm-lora's own dataset classes build from that file,",
+            "(2) `--measure` (mlxfit's child running mlx-lm-lora's trainer on synthesized batches of that width),",
+            "(3) `mlx_lm_lora.train` itself, 3 iterations, its own reported `peak_memory` (mx.get_peak_memory,",
+            "never reset: model loading included). mlx_lm_lora.train needs two changes on Linux, the same the",
+            "child makes: `max_recommended_working_set_size` supplied to mx.device_info, and CPO with",
+            "compilation off. Width: the chosen/rejected width (DPO, CPO, ORPO) or the longest prompt (GRPO).",
+            "GRPO completions: the longest completion per step, --measure (forced to the full length) vs the",
+            "real run (a random model may stop early).", "",
+            "| config | mode | width | flags | mlx_lm_lora.train MB | estimate MB | error | --measure MB | error | peak phase | GRPO completions |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    tail = [""]
+    if results:
+        est = [abs(r["estimate"] - r["real"]) / r["real"] * 100 for r in results]
+        mea = [abs(r["measured"] - r["real"]) / r["real"] * 100 for r in results]
+        tail.append(f"{len(results)} runs. Estimate |error| against mlx_lm_lora.train: median {statistics.median(est):.1f}%, "
+                    f"worst {max(est):.1f}%. --measure: median {statistics.median(mea):.1f}%, worst {max(mea):.1f}%.")
+        for mode in ("dpo", "cpo", "orpo", "grpo"):
+            e = [x for x, r in zip(est, results) if r["mode"] == mode]
+            if e:
+                tail.append(f"- {mode}: {len(e)} runs, estimate median {statistics.median(e):.1f}%, worst {max(e):.1f}%")
+    Path(out).write_text("\n".join(head + lines + tail) + "\n")
+    print("\n".join(tail))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

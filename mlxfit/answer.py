@@ -1,0 +1,306 @@
+"""probe's answer as data: the run resolved (config, data, hosts), its plan, the
+validation moment, the longest examples, and with --measure the measured peak.
+
+It sits below the CLI and the renderers and above measure/ and estimate/: it calls
+down into them and draws nothing. What a measurement shows while it runs (the data's
+bar, the expected time, the slices, the steps) goes to a `progress` object the caller
+passes in; `Silent` shows nothing (--json)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .errors import MlxfitError
+
+
+class Silent:
+    """The progress of a probe, shown nowhere: the interface render's ProbeProgress draws."""
+
+    @contextmanager
+    def data(self):
+        """Around tokenizing one data file: yields on_progress(lines, done, total), or None."""
+        yield None
+
+    @contextmanager
+    def measurement(self):
+        """Around a measurement: yields on_event(event) for the measuring process's events."""
+        yield lambda event: None
+
+    def expectation(self, expectation) -> None:
+        """How long the measurement will take, before it is built."""
+
+    def slices(self, plan, slices, need: int, usable: int, whole: int | None) -> None:
+        """A slice of the run is measured: `need` its largest slice, `usable` this machine's budget."""
+
+
+@dataclass
+class Answer:
+    """What probe found, ready to be printed as JSON (`to_dict`) or drawn as text."""
+
+    resolved: Any  # model.runconfig.Resolved: the settings and where each came from
+    warnings: list[str]
+    plan: Any  # estimate.plan.Plan
+    advice: list
+    stats: Any = None  # model.dataset stats of --data's training file
+    valid_stats: Any = None  # and of its valid.jsonl
+    validation: Any = None  # estimate.validation: the validation moment
+    longest: tuple = ()  # estimate.lengths: the longest examples that fit, without --data
+    comparison: Any = None  # measure.parent.Comparison, with --measure
+    hostfile: str | None = None
+    hosts: list | None = None  # estimate.hosts: every node of the hostfile
+    tightest: Any = None  # the smallest of them, the one planned for
+    host_checks: list | None = None
+
+    def to_dict(self) -> dict:
+        out = self.plan.to_dict()
+        out["config"] = self.resolved.to_dict()
+        out["advice"] = self.advice
+        out["warnings"] = self.warnings
+        if self.stats is not None:
+            out["data"] = self.stats.to_dict()
+        if self.valid_stats is not None:
+            out["valid_data"] = self.valid_stats.to_dict()
+        if self.validation is not None:
+            out["validation"] = self.validation.to_dict()
+        if self.host_checks is not None:
+            out["hosts"] = self.host_checks
+        if self.comparison is not None:
+            out.update(self.comparison.to_dict())
+        if self.longest:
+            out["longest_examples"] = [fit.to_dict() for fit in self.longest]
+        return out
+
+
+def probe(model_spec, training_flags: dict, *, config_path=None, data=None, method=None, skip_bad_lines=False,
+          trust_remote_code=False, hostfile=None, backend=None, do_measure=False, by_slice=False, force=False,
+          timeout=900, steps=6, memory=None, gpu_memory=None, reserve=None, progress=None) -> Answer:
+    """Resolve the run, plan it, and with `do_measure` measure it here. `training_flags`:
+    the training flags as given (None where not), mask_prompt and hosts among them."""
+    from pathlib import Path
+
+    from .estimate.plan import make_plan
+    from .model.resolve import resolve_model
+    from .model.runconfig import check_against_model, check_method, resolve, with_method
+
+    progress = progress or Silent()
+    training_flags = dict(training_flags)
+    host_list = tightest = None
+    if hostfile:
+        from .estimate.hosts import read_hostfile
+        from .machine import read_platform
+
+        host_list = read_hostfile(Path(hostfile), read_platform(), reserve)
+        training_flags["hosts"] = len(host_list)
+        backend = backend or "metal"  # mlx.launch's ring backend joins Macs
+    check_method(method, training_flags.get("fine_tune_type"))
+    mask_prompt = training_flags.pop("mask_prompt")
+    resolved = resolve({**training_flags, "model": model_spec, "data": data, "mask_prompt": mask_prompt}, Path(config_path) if config_path else None)
+    resolved = replace(resolved, training=with_method(resolved.training, method))
+    training = resolved.training
+    model = resolve_model(resolved.model)
+    warnings = check_against_model(training, model)
+
+    stats = valid_stats = None
+    if resolved.data:
+        stats, valid_stats = read_data(model, resolved, skip_bad_lines, trust_remote_code, progress)
+    if host_list:
+        from .estimate.hosts import smallest
+
+        tightest = smallest(host_list)
+        machine = tightest.machine
+    else:
+        machine = get_machine(memory, gpu_memory, reserve)
+    length = stats.worst_batch_tokens if stats else None
+    plan = make_plan(machine, model, training, backend=backend, calibration=local_calibration(machine, backend, model, training, length),
+                     length=length, data=stats)
+    advice = gather_advice(plan, stats, machine, backend)
+    validation = None
+    if valid_stats is not None and plan.selected.detailed:
+        from .estimate.validation import VAL_BATCHES, validation as validation_moment
+
+        validation = validation_moment(model, training, valid_stats.worst_batch_tokens, valid_stats.examples,
+                                       plan.selected.predicted_bytes, plan.selected.detailed.backend,
+                                       int(resolved.other.get("val_batches", VAL_BATCHES)))
+    longest = ()
+    if stats is None and resolved.sources.get("max_seq_length") == "default":
+        from .estimate.lengths import longest_examples
+
+        longest = longest_examples(plan)  # sized at max_seq_length, every batch is the worst case
+    comparison = None
+    if do_measure:
+        from .measure.parent import InterruptWatch, MeasurementInterrupted
+
+        # Ctrl-C, SIGTERM, SIGHUP: the child is stopped and its folder removed, as in bench.
+        with InterruptWatch() as watch:
+            try:
+                comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, progress=progress,
+                                             by_slice=by_slice, local_usable=local_usable_bytes(machine, reserve))
+            except MeasurementInterrupted as e:
+                e.exit_code = watch.exit_code
+                raise
+    selected = plan.selected
+    host_range = selected.predicted_range_bytes if selected.detailed else None
+    host_checks = [h.check(selected.predicted_bytes, host_range) for h in host_list] if host_list else None
+    return Answer(resolved, warnings, plan, advice, stats=stats, valid_stats=valid_stats, validation=validation,
+                  longest=longest, comparison=comparison, hostfile=hostfile, hosts=host_list, tightest=tightest,
+                  host_checks=host_checks)
+
+
+def get_machine(memory, gpu_memory, reserve):
+    """This machine, or the hypothetical one --memory or --gpu-memory plan for."""
+    from .machine import build_machine, read_platform
+
+    return build_machine(read_platform(), reserve=reserve, memory=memory, gpu_memory=gpu_memory)
+
+
+def local_usable_bytes(machine, reserve) -> int:
+    """What a measurement may take: this machine's budget, whatever --memory or
+    --gpu-memory plan for (a measurement runs here, not on the planned machine)."""
+    return get_machine(None, None, reserve).usable_bytes if machine.hypothetical else machine.usable_bytes
+
+
+def local_calibration(machine, backend, model, training=None, length=None):
+    """Stored measurements correct estimates for this machine's own backend only,
+    and only of the architecture they measured at close settings (with `training`
+    at `length`, the widest batch of the data: None unless that run has a close
+    measurement)."""
+    from .estimate.calibration import calibration
+
+    if machine.hypothetical or (backend and backend != machine.backend) or model.architecture is None:
+        return None
+    return calibration(machine.backend, model, training, length)
+
+
+def read_data(model, resolved, skip_bad_lines, trust_remote_code, progress):
+    """--data in tokens: the training file's stats, and its valid.jsonl's (or None)."""
+    from .model import dataset
+
+    choice = dataset.load_tokenizer(model, trust_remote_code=trust_remote_code)
+    kw = dict(batch_size=resolved.training.batch_size, max_seq_length=resolved.training.max_seq_length,
+              mask_prompt=resolved.mask_prompt, features=resolved.features, skip_bad_lines=skip_bad_lines)
+    with progress.data() as on_progress:
+        stats = dataset.measure(resolved.data, choice, on_progress=on_progress, **kw)
+    valid = dataset.valid_file(resolved.data)
+    if valid is None:
+        return stats, None
+    with progress.data() as on_progress:
+        return stats, dataset.measure(valid, choice, on_progress=on_progress, **kw)
+
+
+def gather_advice(plan, stats, machine, backend):
+    from .estimate.advice import data_advice, growth_advice
+    from .estimate.calibration import stored
+
+    notes = data_advice(plan, stats) if stats is not None else []
+    if not machine.hypothetical:
+        notes += growth_advice(plan, stored())
+    return notes
+
+
+def run_measurement(plan, force, timeout, steps, progress=None, by_slice=False, local_usable=None):
+    """Measure the plan's run here. Whole or slice is decided against what this
+    machine can hold (`local_usable`), whatever budget the plan is for; the
+    measured verdict is judged against the plan's budget."""
+    from .estimate.plan import predict
+    from .machine import mlx_backend
+    from .measure.parent import Comparison, measure, request_for
+    from .units import format_size
+
+    progress = progress or Silent()
+    # Judge the measurement against the estimate for the backend it runs on.
+    backend = mlx_backend()
+    raw_predicted, _ = predict(plan.model, plan.training, backend, length=plan.length)
+    predicted, _ = predict(plan.model, plan.training, backend, plan.calibration, plan.length)
+    usable = plan.machine.usable_bytes
+    here = usable if local_usable is None else local_usable
+    if plan.model.architecture is None and predicted > here and not force:
+        raise MlxfitError(
+            f"refusing to measure: the estimate ({format_size(predicted)}) exceeds {_budget_words(plan, here)} and "
+            f"{plan.model.id} has no architecture to measure by slice; change the run or pass --force"
+        )
+    if plan.model.architecture is not None and (by_slice or (predicted > here and not force)):
+        measurement = measure_slices(plan, backend, here, force, timeout, steps, progress, whole=predicted)
+    else:
+        expected_duration(plan, timeout, steps, progress)  # stops before building when past --timeout
+        request = request_for(plan.model, plan.training, length=plan.length, max_steps=steps)
+        with progress.measurement() as on_event:
+            measurement = measure(request, timeout=timeout, on_event=on_event)
+    note = None
+    if plan.model.architecture is not None:
+        from .estimate.calibration import architecture_key, measurements_dir, record
+
+        try:
+            record(plan.model.id, plan.training.to_dict(), backend, raw_predicted, measurement.to_dict(),
+                   architecture=architecture_key(plan.model), length=plan.length,
+                   machine=None if plan.machine.hypothetical else {"device_name": plan.machine.device_name,
+                                                                   "total_bytes": plan.machine.total_bytes},
+                   config=plan.model.config if plan.model.source == "local" else None)
+        except OSError as e:  # the measurement stands; only its use for calibration is lost
+            note = f"not stored for calibration: cannot write {e.filename or measurements_dir()} ({e.strerror or e})"
+    return Comparison(measurement, predicted, usable, note=note)
+
+
+def expected_duration(plan, timeout, steps, progress, slices=None):
+    """How long the measurement (of the run, or of `slices`) will take, from the steps'
+    operations and this machine's rate; stops before building when past --timeout."""
+    if plan.model.architecture is None:
+        return
+    from .estimate import duration
+    from .measure.rate import matmul_rate
+    from .measure.slicing import slice_training, sliced_model
+    from .measure.steps import MIN_STEPS
+    from .model.lazy_model import checkpoint_dtype
+
+    model, training = plan.model, plan.training
+    bits = model.bits if model.quantized else (training.bits if training.quantize else None)
+    dtype = str(checkpoint_dtype(model.config or {})).split(".")[-1]  # the activations' dtype
+    rate = matmul_rate(dtype, bits, model.group_size or training.group_size)
+    dtype = f"{bits}-bit" if bits else dtype
+    if slices is None:
+        expectation = duration.expect(model, training, plan.length, rate, dtype, MIN_STEPS, steps)
+    else:
+        runs = [(sliced_model(model, s), slice_training(training, s), s.steps(training)) for s in slices.slices]
+        expectation = duration.expect_slices(runs, plan.length, rate, dtype, MIN_STEPS, steps)
+    refusal = duration.too_long(expectation, timeout)
+    if refusal:
+        raise MlxfitError(refusal if slices is None else refusal.replace(", or --slice to measure a slice of the "
+                                                                          "model (a few real-width blocks)", ""))
+    progress.expectation(expectation)
+
+
+def _budget_words(plan, here):
+    """The budget a measurement is held to: this machine's, named as such when the plan is for another."""
+    from .units import format_size
+
+    if plan.machine.hypothetical:
+        return f"this machine's {format_size(here)} budget (the plan's {format_size(plan.machine.usable_bytes)} is for another machine)"
+    return f"the {format_size(here)} budget"
+
+
+def measure_slices(plan, backend, usable, force, timeout, steps, progress, whole=None):
+    """A slice of the run: said beforehand, refused where even it would not fit.
+    `usable`: what this machine can hold; `whole`: the whole run's estimate."""
+    from .estimate.plan import predict
+    from .measure.slicing import measure_by_slices, plan_slices, slice_training, sliced_model
+    from .units import format_size
+
+    try:
+        slices = plan_slices(plan.model.architecture, plan.training)
+    except MlxfitError as e:
+        raise MlxfitError(
+            f"refusing to measure: the estimate exceeds {_budget_words(plan, usable)} and {e} "
+            "(change the run, see the plan without --measure, or pass --force)"
+        ) from e
+    need = max(predict(sliced_model(plan.model, s), slice_training(plan.training, s), backend, length=plan.length)[0]
+               for s in slices.slices)
+    if need > usable and not force:
+        raise MlxfitError(
+            f"refusing to measure: even the largest slice needs about {format_size(need)}, over "
+            f"{_budget_words(plan, usable)}; change the run (see the plan without --measure) or pass --force"
+        )
+    progress.slices(plan, slices, need, usable, whole)
+    expected_duration(plan, timeout, steps, progress, slices)
+    with progress.measurement() as on_event:
+        return measure_by_slices(plan.model, plan.training, plan.length, steps, timeout=timeout, on_event=on_event)

@@ -1,0 +1,317 @@
+"""The peak of a DPO, CPO, ORPO or GRPO run with mlx-lm-lora, phase by phase.
+
+Built on the SFT estimate (mlxfit/estimate/detailed.py) from the lazily built model:
+each phase of a step is an SFT-shaped forward and backward with the batch and
+length that phase feeds the policy, plus what the mode holds beside it. What the
+trainers do (mlx_lm_lora/trainer/, version 5.10.2):
+
+- dpo_trainer.py, cpo_trainer.py, orpo_trainer.py: the chosen and the rejected
+  batch (each B x N, padded to the longer of the two) go through the policy in one
+  differentiated function, so both sequences' activations are kept for the
+  backward pass: the policy step is an SFT step of 2B sequences. DPO and CPO cast
+  the logits to float32 before the cross-entropy (get_token_scores), so the logits
+  kept for the backward are 4 bytes an element whatever the model's dtype.
+- DPO's reference model (train.py load_reference_model: a second, frozen copy of
+  --model unless --reference-model-path names another) scores both sequences
+  inside the same step (no gradient): its weights are resident, its forward adds
+  float32 logits of one sequence.
+- --efficient-long-context (seq_step_size 512): sequences longer than 512 tokens
+  are scored and differentiated in 512-token chunks with a KV cache.
+- grpo_trainer.py: the rollout generates group_size completions per prompt with
+  mlx-lm's BatchGenerator, completion_batch_size=batch_size: at most B sequences
+  hold a KV cache at once, each up to prompt + max_completion_length tokens (the
+  cache grows in steps of 256). The scoring step then runs microbatches of B
+  completions (_grpo_microbatches, chunk size len(prompts)), each an SFT step of
+  B sequences of bucket_sequence_length(prompt + completion) tokens, plus the
+  reference's forward when beta != 0; the gradients of earlier microbatches are
+  summed and kept. group_size sets the number of microbatches, not their size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ..model.preference import EFFICIENT_STEP, PreferenceRun
+from ..model.resolve import ModelInfo
+from .detailed import Breakdown, counted_totals, dtype_bytes
+from .plan import TIGHT_FRACTION
+
+KV_STEP = 256  # mlx_lm/models/cache.py KVCache.step: the cache grows in these
+DEFAULT_PROMPT = 256  # GRPO without --data or --prompt-length: an assumed prompt, said so
+
+
+def bucket_sequence_length(length: int, alignment: int = 64) -> int:
+    """mlx_lm_lora/trainer/online_rl_utils.py bucket_sequence_length (pinned by a test)."""
+    if length < 128:
+        return length
+    rounded = ((length + alignment - 1) // alignment) * alignment
+    padding = rounded - length
+    return rounded if padding <= max(16, length // 8) else length
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    parts: dict  # name -> bytes, resident parts included
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.parts.values())
+
+
+@dataclass(frozen=True)
+class PreferenceEstimate:
+    run: PreferenceRun
+    backend: str
+    phases: tuple[Phase, ...]
+    length: int  # tokens per sequence in the policy step (GRPO: prompt + completion)
+    prompt_length: int | None = None
+    prompt_assumed: bool = False
+
+    @property
+    def peak(self) -> Phase:
+        return max(self.phases, key=lambda p: p.bytes)
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.peak.bytes
+
+    def to_dict(self) -> dict:
+        return {
+            "train_mode": self.run.mode,
+            "backend": self.backend,
+            "predicted_peak_bytes": self.peak_bytes,
+            "peak_phase": self.peak.name,
+            "length": self.length,
+            "prompt_length": self.prompt_length,
+            "prompt_assumed": self.prompt_assumed,
+            "phases": [{"name": p.name, "bytes": p.bytes, "breakdown": dict(p.parts)} for p in self.phases],
+        }
+
+
+def reference_bytes(model: ModelInfo, run: PreferenceRun, reference: ModelInfo | None = None) -> int:
+    """The reference copy: --model loaded again by mlx_lm.load, unquantized even
+    with --load-in-4bits (only the policy is quantized), or the model at
+    --reference-model-path as stored."""
+    if not run.has_reference:
+        return 0
+    ref = reference or model
+    base = replace(run.training, fine_tune_type="lora", quantize=False)
+    return counted_totals(ref, base)[0]
+
+
+def _resident(sft: Breakdown) -> dict:
+    keep = ("weights (frozen)", "weights (trainable)", "optimizer state", "framework", "calibration")
+    return {k: v for k, v in sft.parts.items() if k in keep and v}
+
+
+def _step(sft: Breakdown) -> dict:
+    keep = ("weights (frozen)", "weights (trainable)", "optimizer state", "framework", "calibration")
+    return {k: v for k, v in sft.parts.items() if k not in keep and v}
+
+
+def kv_cache_bytes(model: ModelInfo, sequences: int, tokens: int) -> int:
+    """mlx-lm's KV cache of `sequences` sequences grown to `tokens` (in KV_STEP steps)."""
+    arch, s = model.architecture, dtype_bytes(model)
+    grown = math.ceil(tokens / KV_STEP) * KV_STEP
+    per_token = sum(2 * b.kv_heads * b.head_dim for b in arch.blocks if b.heads)
+    return sequences * grown * per_token * s
+
+
+def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", length: int | None = None,
+                 reference: ModelInfo | None = None, prompt_length: int | None = None) -> PreferenceEstimate:
+    """`length`: the widest batch (DPO/CPO/ORPO: padded chosen/rejected width) from
+    --data, else max_seq_length. GRPO: `prompt_length` the longest prompt."""
+    t, s = run.training, dtype_bytes(model)
+    V = model.architecture.vocab_size
+    ref = reference_bytes(model, run, reference)
+    if run.mode == "grpo":
+        return _grpo(model, run, backend, ref, prompt_length)
+    L = min(length or t.max_seq_length, t.max_seq_length)
+    chunked = run.efficient_long_context and L > EFFICIENT_STEP
+    step_len = EFFICIENT_STEP if chunked else L
+    B = t.batch_size
+    T = max(step_len - 1, 1)
+    if run.mode == "orpo":
+        # Measured (benchmarks/results/preference.md): ORPO's two cross-entropies run
+        # their backward one sequence at a time: the SFT logits term at B, plus the
+        # other sequence's logits, kept.
+        sft = _sft(model, replace(t, batch_size=2 * B), backend, step_len, logits=lambda f: f / 2, kept_logits=B * T * V * s)
+    else:
+        # DPO and CPO: get_token_scores casts the logits to float32 before the
+        # cross-entropy; measured, both sequences' logits work at once (the SFT
+        # logits term at 2B, in float32).
+        sft = _sft(model, replace(t, batch_size=2 * B), backend, step_len, logits=lambda f: f * 4 / s)
+    resident = _resident(sft)
+    if ref:
+        resident["reference copy"] = ref
+    step = _step(sft)
+    if "dora temporaries" in step:
+        # dora.py __call__ builds each adapted weight per forward call: the chosen
+        # and the rejected pass build their own (an SFT step of 2B builds one).
+        step["dora temporaries"] *= 2
+    if ref:
+        # The reference's logits and their float32 copy, one sequence at a time (no gradient).
+        step["reference scoring"] = B * T * V * (s + 4)
+    if chunked:
+        caches = kv_cache_bytes(model, 2 * B, L) * (2 if ref else 1)
+        step["KV cache (chunks of 512)"] = caches
+    name = f"policy step: chosen + rejected, {2 * B} x {step_len} tokens" + (f" (chunks of {L})" if chunked else "")
+    return PreferenceEstimate(run, backend, (Phase(name, {**resident, **step}),), L)
+
+
+def _sft(model: ModelInfo, training, backend: str, length: int, logits=lambda f: f, kept_logits: int = 0,
+         fused_cross_entropy: bool | None = None) -> Breakdown:
+    """detailed.estimate with the logits term changed: `logits` maps the SFT logits
+    bytes (what the fitted logits coefficient scales), `kept_logits` adds bytes at
+    the loss; `fused_cross_entropy` False where the mode computes its own log-softmax."""
+    from ..runtime import Runtime
+    from .detailed import backend_features, coefficients, combine, features
+
+    runtime = Runtime.current(backend)
+    if fused_cross_entropy is not None:
+        runtime = replace(runtime, fused_cross_entropy=fused_cross_entropy)
+    f = backend_features(features(model, training, length), backend, runtime, model.architecture.head_dim)
+    c = coefficients()[backend]
+    key = "logits_fused_bytes" if f.get("logits_fused_bytes") else "logits_bytes"
+    coef = c.get("logits_fused" if key == "logits_fused_bytes" else "logits", 0.0) or 1.0
+    f = {**f, key: int(logits(f[key]) + kept_logits / coef)}
+    return combine(f, c, training, backend)
+
+
+def _grpo(model: ModelInfo, run: PreferenceRun, backend: str, ref: int, prompt_length: int | None) -> PreferenceEstimate:
+    t, s = run.training, dtype_bytes(model)
+    V = model.architecture.vocab_size
+    assumed = prompt_length is None
+    P = min(prompt_length or DEFAULT_PROMPT, t.max_seq_length)  # prompts are cut to max_seq_length
+    C = run.max_completion_length
+    B = t.batch_size
+    width = max(2, bucket_sequence_length(P + C))
+    # _get_token_logps: the model's logits over the whole sequence, then
+    # _select_token_logps's log-softmax in float32 over the scored (completion)
+    # positions only; not mlx's cross-entropy, so not the fused one on the GPU.
+    T = width - 1
+    scored = min(C + 1, T)
+    sft = _sft(model, replace(t, max_seq_length=max(width, t.max_seq_length)), backend, width,
+               logits=lambda f: f * (1 + scored / T * 4 / s), fused_cross_entropy=False)
+    resident = _resident(sft)
+    if ref:
+        resident["reference copy"] = ref
+    rollout = {
+        **resident,
+        "rollout KV cache": kv_cache_bytes(model, B, P + C),
+        "sampling logits": B * V * 4,
+    }
+    step = _step(sft)
+    if ref and run.beta != 0:
+        step["reference scoring"] = B * T * V * s + B * scored * V * 4  # its logits, the scored ones in float32
+    if run.group_size > 1:
+        # The summed gradients of the earlier microbatches.
+        _, _, trainable_bytes, _ = counted_totals(model, t)
+        step["accumulated gradients"] = trainable_bytes
+    phases = (
+        Phase(f"rollout: {B} x {P + C} tokens of KV cache", rollout),
+        Phase(f"scoring step: {run.group_size} microbatches of {B} x {width} tokens", {**resident, **step}),
+    )
+    return PreferenceEstimate(run, backend, phases, width, P, assumed)
+
+
+@dataclass(frozen=True)
+class Change:
+    flags: str  # what to add to the mlx_lm_lora.train command
+    cost: str  # what it costs
+    bytes: int
+    fits: bool
+
+
+def _variants(model: ModelInfo, run: PreferenceRun, length: int | None, prompt_length: int | None):
+    """(flags, cost, changed run, reference model or None, length) for each knob that
+    lowers the peak: the mode's own first, then the SFT ones."""
+    t = run.training
+    L = min(length or t.max_seq_length, t.max_seq_length)
+    out = []
+    if run.mode == "grpo":
+        for c in sorted({run.max_completion_length // 2, 128} - {run.max_completion_length}, reverse=True):
+            if 0 < c < run.max_completion_length:
+                out.append((f"--max-completion-length {c}", "shorter completions: less room to reason", replace(run, max_completion_length=c)))
+        if run.group_size > 2:
+            out.append((f"--group-size {max(2, run.group_size // 2)}",
+                        "fewer completions per prompt: noisier advantages (the scoring runs one microbatch per completion group, so this saves little)",
+                        replace(run, group_size=max(2, run.group_size // 2))))
+        if run.beta != 0:
+            out.append(("--beta 0", "no KL penalty: the reference is still loaded but not run", replace(run, beta=0.0)))
+    if run.has_reference:
+        out.append(("--reference-model-path <a 4-bit conversion of the model>",
+                    "the reference scores with quantized weights (mlx_lm.convert -q), not a second full copy", "ref4"))
+    if run.mode == "dpo":
+        out.append(("--train-mode orpo", "ORPO needs no reference model (a different objective)", replace(run, mode="orpo")))
+    if not t.grad_checkpoint:
+        out.append(("--grad-checkpoint", "recomputes each block in the backward pass (slower)", replace(run, training=replace(t, grad_checkpoint=True))))
+    if not t.quantize and t.fine_tune_type != "full":
+        out.append(("--load-in-4bits", "a 4-bit policy base (group 128)", replace(run, training=replace(t, quantize=True, bits=4, group_size=128))))
+    if t.fine_tune_type == "full":
+        out.append(("--train-type lora", "LoRA adapters instead of full fine-tuning", replace(run, training=replace(t, fine_tune_type="lora"))))
+    if t.batch_size > 1:
+        out.append(("--batch-size 1", "one example a step (add --gradient-accumulation-steps to keep the batch)",
+                    replace(run, training=replace(t, batch_size=1))))
+    n = model.architecture.num_layers
+    if t.fine_tune_type != "full" and t.layers_trained(n) > 4:
+        k = max(4, t.layers_trained(n) // 2)
+        out.append((f"--num-layers {k}", f"adapters on the last {k} blocks only", replace(run, training=replace(t, num_layers=k))))
+    if run.mode != "grpo" and L > 512:
+        if not run.efficient_long_context:
+            out.append(("--efficient-long-context", "scores and differentiates in 512-token chunks (experimental)",
+                        replace(run, efficient_long_context=True)))
+        half = max(256, L // 2)
+        out.append((f"--max-seq-length {half}", "longer pairs are truncated", replace(run, training=replace(t, max_seq_length=half))))
+    return out
+
+
+def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length: int | None = None,
+         reference: ModelInfo | None = None, prompt_length: int | None = None) -> dict:
+    """Single changes with their new peaks, and, when none fits alone, the fewest
+    of them (chosen greedily, the largest saving first) that fit together."""
+
+    def need(r, ref):
+        return estimate_run(model, r, backend, length, ref, prompt_length).peak_bytes
+
+    def apply(r, ref, change):
+        if change == "ref4":
+            return r, _quantized_reference(model)
+        return change, ref
+
+    base = need(run, reference)
+    singles = []
+    for flags, cost, change in _variants(model, run, length, prompt_length):
+        r, ref = apply(run, reference, change)
+        b = need(r, ref)
+        if b < base:
+            singles.append(Change(flags, cost, b, b <= usable))
+    combo = []
+    if base > usable and not any(c.fits for c in singles):
+        r, ref, now = run, reference, base
+        for _ in range(6):
+            best = None
+            for flags, cost, change in _variants(model, r, length, prompt_length):
+                if any(flags == c.flags for c in combo) or flags.startswith("--train-mode"):
+                    continue  # a plan keeps the user's objective
+                r2, ref2 = apply(r, ref, change)
+                b = need(r2, ref2)
+                if b < now and (best is None or b < best[0]):
+                    best = (b, flags, cost, r2, ref2)
+            if best is None:
+                break
+            now, r, ref = best[0], best[3], best[4]
+            combo.append(Change(best[1], best[2], now, now <= usable))
+            if now <= TIGHT_FRACTION * usable:  # fits with margin, not just tight
+                break
+    return {"singles": singles, "combination": combo}
+
+
+def _quantized_reference(model: ModelInfo) -> ModelInfo:
+    """The model as a 4-bit conversion would store it (mlx_lm.convert -q, group 64)."""
+    config = {**model.config, "quantization": {"group_size": 64, "bits": 4}}
+    from ..model.resolve import _from_config
+
+    return _from_config(model.id + " (4-bit)", "local", config)

@@ -1,0 +1,204 @@
+"""The measuring process for DPO, CPO, ORPO and GRPO: a few real steps of
+mlx-lm-lora's own trainer (train_dpo, train_cpo, train_orpo, train_grpo).
+
+Random weights as for SFT (mlxfit/measure/build.py), a frozen random reference
+for DPO and GRPO (a second full copy, as mlx_lm_lora/train.py load_reference_model
+loads one), synthesized batches of the planned width. What differs from a
+`mlx_lm_lora.train` run, and why:
+- MLX's CPU backend has no "max_recommended_working_set_size" in mx.device_info(),
+  which every trainer but GRPO reads unguarded for mx.set_wired_limit (a no-op on
+  the CPU): the key is supplied there.
+- CPO's compiled step fails on mlx 0.32.4 (IndexError: _Map_base::at): CPO runs
+  with compilation off (mx.disable_compile), and the result says so.
+- GRPO's tokenizer is a local stand-in with no stop tokens, so every completion
+  runs to --max-completion-length (the worst case); the lengths reached are
+  reported from the trainer's own metrics.
+- mlx-lm-lora's full fine-tuning trains every parameter (from_pretrained freezes
+  nothing without a LoRA config), so does this one.
+
+Protocol as mlxfit/measure/child.py: a JSON request on stdin, one JSON event per
+line on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+_OUT = sys.stdout
+
+
+def emit(event: str, **fields) -> None:
+    _OUT.write(json.dumps({"event": event, **fields}) + "\n")
+    _OUT.flush()
+
+
+class StandInTokenizer:
+    """What generate_grpo reads of a tokenizer: no stop tokens, nothing to decode."""
+
+    eos_token_ids: list = []
+
+    def encode(self, text, add_special_tokens=True):
+        return []
+
+    def decode(self, ids):
+        return ""
+
+
+def supply_working_set_size() -> None:
+    import mlx.core as mx
+
+    info = mx.device_info
+    if "max_recommended_working_set_size" in info():
+        return
+
+    def device_info():
+        found = dict(info())
+        found["max_recommended_working_set_size"] = found.get("memory_size", 0)
+        return found
+
+    mx.device_info = device_info
+
+
+def build_models(request: dict, training):
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    from .build import build, materialize, random_model
+
+    folder = None
+    if training.fine_tune_type == "full":
+        # mlx_lm_lora/utils.py from_pretrained: no freeze without a LoRA config.
+        model = random_model(request["config"])
+        materialize(model)
+        model.unfreeze()
+    else:
+        model = build(request["config"], folder, training, on_stage=lambda s: emit("stage", stage=s))
+    reference = None
+    if request["reference"]:
+        reference = random_model(request["config"])
+        materialize(reference)
+        reference.freeze()
+    mx.eval([p for _, p in tree_flatten(model.parameters())])
+    return model, reference
+
+
+def synthesized(request: dict, run: dict, batch_size: int):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    V, n = request["vocab_size"], max(batch_size, 1)
+    if run["mode"] == "grpo":
+        P = request["prompt_length"]
+        return [(rng.integers(1, V, P).tolist(), [1], "p", "a", None) for _ in range(n)]
+    L = request["length"]
+    return [
+        {"chosen": rng.integers(1, V, L).tolist(), "rejected": rng.integers(1, V, L).tolist(),
+         "chosen_prompt_length": 1, "rejected_prompt_length": 1, "preference_score": 1.0}
+        for _ in range(n)
+    ]
+
+
+def run(request: dict) -> None:
+    from ..model.training import TrainingConfig
+
+    training = TrainingConfig(**request["training"])
+    run_ = request["run"]
+    mode = run_["mode"]
+    try:
+        emit("stage", stage="importing mlx-lm-lora")
+        import mlx.core as mx
+        import mlx.optimizers as optim
+        from mlx_lm.tuner.callbacks import TrainingCallback
+
+        supply_working_set_size()
+        if mode == "cpo":
+            mx.disable_compile()
+        mx.reset_peak_memory()
+        held = mx.get_active_memory()
+        tic = time.perf_counter()
+        model, reference = build_models(request, training)
+        load_peak = mx.get_peak_memory() - held
+        emit("built", peak_bytes=load_peak, seconds=time.perf_counter() - tic)
+        dataset = synthesized(request, run_, training.batch_size)
+        opt = {"adam": optim.Adam, "adamw": optim.AdamW, "muon": optim.Muon}[training.optimizer](learning_rate=1e-5)
+        peaks, reports = [], []
+
+        class Callback(TrainingCallback):
+            def on_train_loss_report(self, info):
+                peak = mx.get_peak_memory() - held
+                peaks.append(peak)
+                reports.append({k: v for k, v in info.items() if "generated_tokens" in k or k == "peak_memory"})
+                emit("step", step=info.get("iteration", len(peaks)), peak_bytes=peak, seconds=0.0, tokens=0)
+                mx.reset_peak_memory()
+
+            def on_val_loss_report(self, info):
+                pass
+
+        steps = request["steps"]
+        workdir = tempfile.mkdtemp(prefix="mlxfit-rl-")
+        common = dict(
+            batch_size=training.batch_size, iters=steps, val_batches=0, steps_per_report=1,
+            steps_per_eval=10 ** 9, steps_per_save=10 ** 9, adapter_file=os.path.join(workdir, "adapters.safetensors"),
+            max_seq_length=training.max_seq_length, grad_checkpoint=training.grad_checkpoint,
+            gradient_accumulation_steps=training.grad_accumulation_steps,
+        )
+        seq_step = 512 if run_["efficient_long_context"] else None
+        mx.reset_peak_memory()
+        emit("stage", stage=f"{mode} steps")
+        tic = time.perf_counter()
+        if mode == "dpo":
+            from mlx_lm_lora.trainer.dpo_trainer import DPOTrainingArgs, train_dpo
+
+            train_dpo(model=model, ref_model=reference, optimizer=opt, train_dataset=dataset, val_dataset=None,
+                      args=DPOTrainingArgs(**common, beta=run_["beta"], seq_step_size=seq_step), training_callback=Callback())
+        elif mode == "cpo":
+            from mlx_lm_lora.trainer.cpo_trainer import CPOTrainingArgs, train_cpo
+
+            train_cpo(model=model, optimizer=opt, train_dataset=dataset, val_dataset=None,
+                      args=CPOTrainingArgs(**common, beta=run_["beta"], seq_step_size=seq_step), training_callback=Callback())
+        elif mode == "orpo":
+            from mlx_lm_lora.trainer.orpo_trainer import ORPOTrainingArgs, train_orpo
+
+            train_orpo(model=model, optimizer=opt, train_dataset=dataset, val_dataset=None,
+                       args=ORPOTrainingArgs(**common, beta=run_["beta"], seq_step_size=seq_step), training_callback=Callback())
+        elif mode == "grpo":
+            from mlx_lm_lora.trainer.grpo_trainer import GRPOTrainingArgs, train_grpo
+
+            train_grpo(model=model, ref_model=reference, tokenizer=StandInTokenizer(), optimizer=opt,
+                       train_dataset=dataset, val_dataset=None,
+                       args=GRPOTrainingArgs(**common, beta=run_["beta"], group_size=run_["group_size"],
+                                             max_completion_length=run_["max_completion_length"]),
+                       training_callback=Callback())
+        else:
+            raise ValueError(f"unknown mode {mode}")
+        seconds = time.perf_counter() - tic
+        lengths = [r.get("train_max_generated_tokens") for r in reports if "train_max_generated_tokens" in r]
+        emit("done", measured={
+            "peak_bytes": max(peaks) if peaks else mx.get_peak_memory() - held,
+            "step_peaks_bytes": peaks,
+            "load_peak_bytes": load_peak,
+            "steps": len(peaks),
+            "seconds": seconds,
+            "compiled": mode != "cpo",
+            "completion_lengths": [float(x) for x in lengths],
+            "trainer_peaks_gb": [r.get("peak_memory") for r in reports],
+        })
+    except Exception as e:  # noqa: BLE001 - every failure becomes a report
+        emit("error", kind="crash", message=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=8))
+
+
+def main() -> None:
+    global _OUT
+    _OUT = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+    run(json.loads(sys.stdin.read()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""The probe of a DPO, CPO, ORPO or GRPO run: its phases, the verdict, the plans."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from ..estimate.plan import verdict
+from ..units import format_gb, format_size
+from .text import console, print_fields, print_hanging
+
+VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "red"}
+
+
+def run_words(run, estimate) -> list[str]:
+    t = run.training
+    words = [f"mlx_lm_lora.train --train-mode {run.mode}", t.fine_tune_type + (f" on a {t.bits}-bit base" if t.quantize else ""),
+             f"batch {t.batch_size}", f"layers {'all' if t.num_layers == -1 else t.num_layers}"]
+    if run.mode == "grpo":
+        words += [f"group {run.group_size}", f"completions up to {run.max_completion_length}",
+                  f"prompt {estimate.prompt_length}" + (" (assumed; --data or --prompt-length)" if estimate.prompt_assumed else ""),
+                  f"beta {run.beta:g}"]
+    else:
+        words.append(f"pairs of {estimate.length} tokens")
+        if run.mode == "dpo":
+            words.append(f"beta {run.beta:g}")
+    if t.grad_checkpoint:
+        words.append("grad checkpoint")
+    if run.efficient_long_context:
+        words.append("efficient long context")
+    words.append(f"estimated for the {estimate.backend} backend")
+    return words
+
+
+def render(model, run, estimate, usable, plans, stats=None, measured=None, notes=()) -> None:
+    print_fields("Model", [model.id, f"{model.params:,} parameters", model.dtype])
+    print_fields("Run", run_words(run, estimate))
+    for note in [*notes, *run.notes]:
+        print_hanging(f"[yellow]Note[/]     {note}")
+    if run.has_reference:
+        ref = "the model at " + run.reference_model_path if run.reference_model_path else "a second full copy of the model"
+        print_hanging(f"[dim]Reference: {ref}, frozen and unquantized (mlx_lm_lora/train.py load_reference_model).[/]")
+    if stats is not None:
+        what = "longest prompt" if run.mode == "grpo" else "widest chosen/rejected batch"
+        print_fields("Data", [stats.file, f"{stats.rows} rows, {stats.batches} batches", f"{what} {stats.widest} tokens",
+                              "read with mlx-lm-lora's dataset classes"])
+    peak = estimate.peak
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("phase")
+    table.add_column("holds", justify="right")
+    table.add_column("of which")
+    for p in estimate.phases:
+        parts = ", ".join(f"{k} {format_size(v)}" for k, v in p.parts.items() if v)
+        table.add_row(Text(p.name + (" ◀ peak" if p is peak else ""), style="bold" if p is peak else ""),
+                      format_size(p.bytes), Text(parts, style="dim"))
+    console.print(table)
+    v = verdict(estimate.peak_bytes, usable)
+    print_hanging(f"[bold]Verdict[/]  [{VERDICT_STYLE[v]}]{v}[/]: the peak is the {peak.name.split(':')[0]}, "
+                  f"{format_size(estimate.peak_bytes)} against a budget of {format_gb(usable)}")
+    singles, combo = plans["singles"], plans["combination"]
+    if singles:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="What each change would need", title_justify="left")
+        table.add_column("change")
+        table.add_column("peak", justify="right")
+        table.add_column("verdict")
+        table.add_column("costs", style="dim")
+        for c in singles:
+            w = verdict(c.bytes, usable)
+            table.add_row(c.flags, format_size(c.bytes), Text(w, style=VERDICT_STYLE[w]), c.cost)
+        console.print(table)
+    if combo:
+        w = verdict(combo[-1].bytes, usable)
+        flags = " ".join(c.flags for c in combo)
+        print_hanging(f"[bold]Plan[/]     [{VERDICT_STYLE[w]}]{w}[/] together: {flags} ({format_size(combo[-1].bytes)})")
+    if measured is not None:
+        render_measured(run, estimate, measured)
+
+
+def render_measured(run, estimate, m) -> None:
+    err = (estimate.peak_bytes - m.peak_bytes) / m.peak_bytes * 100 if m.peak_bytes else 0.0
+    words = [f"{format_size(m.peak_bytes)} over {m.steps} steps of mlx-lm-lora's {run.mode} trainer",
+             f"estimate {err:+.1f}%"]
+    if not m.compiled:
+        words.append("compilation off (CPO's compiled step fails on this MLX)")
+    if m.completion_lengths:
+        words.append(f"longest completions {', '.join(str(int(x)) for x in m.completion_lengths)} tokens "
+                     f"(all forced to --max-completion-length)")
+    print_fields("Measured", words, indent=10)

@@ -1,0 +1,213 @@
+"""--train-mode dpo, cpo, orpo, grpo: mlx-lm-lora's defaults, flags, data, phases, measurement.
+
+Tests marked `needs_rl` pin recorded facts against the installed mlx-lm-lora and
+skip without it (pip install 'mlxfit[rl]')."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from mlxfit.cli.main import cli
+from mlxfit.estimate import preference as est
+from mlxfit.model import preference as pref
+from tiny_configs import TINY
+
+needs_rl = pytest.mark.skipif(not pref.installed(), reason="mlx-lm-lora is not installed (pip install 'mlxfit[rl]')")
+
+
+def probe(*args, exit_code=0):
+    result = CliRunner().invoke(cli, ["probe", *args])
+    assert result.exit_code == exit_code, result.output
+    return result.output
+
+
+# -- recorded facts, pinned against mlx-lm-lora --------------------------------------------
+
+@needs_rl
+def test_config_defaults_are_mlx_lm_loras():
+    from mlx_lm_lora import train
+
+    for key, value in pref.CONFIG_DEFAULTS.items():
+        assert train.CONFIG_DEFAULTS[key] == value, key
+
+
+@needs_rl
+def test_parser_defaults_that_beat_the_yaml_are_recorded():
+    from mlx_lm_lora import train
+
+    parsed = vars(train.build_parser().parse_args([]))
+    for key in pref.CONFIG_DEFAULTS:
+        if parsed.get(key) is not None:
+            assert pref.PARSER_DEFAULTS.get(key) == parsed[key], key
+    for key, value in pref.PARSER_DEFAULTS.items():
+        assert parsed[key] == value
+
+
+@needs_rl
+def test_mechanisms_read_from_the_source():
+    from mlx_lm_lora import train
+    from mlx_lm_lora.trainer import grpo_trainer, online_rl_utils
+
+    run_src = inspect.getsource(train.run)
+    for mode in pref.REFERENCE_MODES:
+        assert f'"{mode}"' in run_src.split("load_reference_model(args)")[1].split("else None")[0]
+    for mode in set(pref.MODES) - set(pref.REFERENCE_MODES):
+        assert f'"{mode}"' not in run_src.split("load_reference_model(args)")[1].split("or (")[0]
+    assert '"group_size": %d' % pref.LOAD_IN_GROUP_SIZE in run_src
+    assert f"seq_step_size={pref.EFFICIENT_STEP} if args.efficient_long_context" in inspect.getsource(train.train_model)
+    for n in range(1, 1200, 7):
+        assert est.bucket_sequence_length(n) == online_rl_utils.bucket_sequence_length(n)
+    args = grpo_trainer.GRPOTrainingArgs()
+    assert (args.top_p, args.top_k) == (pref.GRPO_SAMPLING["top_p"], pref.GRPO_SAMPLING["top_k"])
+    # The rollout's KV-cache concurrency is the batch size, the scoring microbatch too.
+    src = inspect.getsource(grpo_trainer.generate_grpo)
+    assert "completion_batch_size=batch_size" in src
+    assert "max(len(prompt_tokens), 1)" in inspect.getsource(grpo_trainer.train_grpo)
+
+
+def test_kv_step_is_mlx_lms():
+    from mlx_lm.models.cache import KVCache
+
+    assert KVCache.step == est.KV_STEP
+
+
+# -- flags, YAML and defaults ---------------------------------------------------------------
+
+def test_yaml_group_size_is_ignored_as_mlx_lm_lora_ignores_it():
+    run = pref.resolve_run("grpo", {}, {"group_size": 16, "beta": 0.0, "num_layers": 4})
+    assert run.group_size == 4  # the flag's default wins in mlx_lm_lora.train main()
+    assert run.beta == 0.0 and run.training.num_layers == 4
+    assert any("group_size: 16" in n for n in run.notes)
+    assert pref.resolve_run("grpo", {"rl_group_size": 16}, {}).group_size == 16
+
+
+def test_mlx_lm_lora_defaults_differ_from_mlx_lms():
+    t = pref.resolve_run("dpo", {}, {}).training
+    assert (t.num_layers, t.batch_size, t.scale) == (-1, 1, 10.0)
+    q = pref.resolve_run("dpo", {"load_in_4bits": True}, {}).training
+    assert q.quantize and (q.bits, q.group_size) == (4, 128)
+
+
+# -- the estimate -----------------------------------------------------------------------------
+
+def test_dpo_holds_a_reference_copy_cpo_does_not(model_folder):
+    from mlxfit.model.resolve import resolve_model
+
+    model = resolve_model(str(model_folder(TINY["llama"])))
+    dpo = est.estimate_run(model, pref.resolve_run("dpo", {}, {}), "cpu", length=64)
+    cpo = est.estimate_run(model, pref.resolve_run("cpo", {}, {}), "cpu", length=64)
+    q = est.estimate_run(model, pref.resolve_run("dpo", {"load_in_4bits": True}, {}), "cpu", length=64)
+    ref = dpo.peak.parts["reference copy"]
+    assert ref == est.counted_totals(model, pref.resolve_run("dpo", {}, {}).training)[0]
+    assert "reference copy" not in cpo.peak.parts
+    assert q.peak.parts["reference copy"] == ref  # the reference stays unquantized
+
+
+def test_grpo_peak_follows_completion_length_not_group(model_folder):
+    from mlxfit.model.resolve import resolve_model
+
+    model = resolve_model(str(model_folder(TINY["llama"])))
+
+    def peak(**flags):
+        return est.estimate_run(model, pref.resolve_run("grpo", flags, {}), "cpu", prompt_length=32).peak_bytes
+
+    assert peak(rl_group_size=8) == peak(rl_group_size=4)
+    assert peak(max_completion_length=64) < peak(max_completion_length=256)
+
+
+def test_probe_grpo_done_when():
+    out = probe("--model", "Qwen/Qwen3-0.6B", "--train-mode", "grpo", "--group-size", "8",
+                "--max-completion-length", "512", "--memory", "16GB")
+    assert "rollout" in out and "scoring step" in out and "◀ peak" in out
+    assert "Verdict" in out and "fits" in out
+    assert "--max-completion-length 256" in out
+
+
+def test_probe_dpo_7b_shows_the_reference_copy_and_a_plan():
+    out = probe("--model", "7B", "--train-mode", "dpo", "--memory", "16GB", "--max-seq-length", "1024")
+    assert "reference copy" in out and "does not fit" in out
+    assert "Plan" in out and "--reference-model-path" in out
+
+
+def test_probe_json_and_train_type_alias():
+    out = probe("--model", "Qwen/Qwen3-0.6B", "--train-mode", "orpo", "--train-type", "dora", "--memory", "16GB", "--json")
+    data = json.loads(out)
+    assert data["run"]["training"]["fine_tune_type"] == "dora"
+    assert data["estimate"]["peak_phase"].startswith("policy step")
+
+
+def test_train_mode_from_yaml(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train_mode: cpo\nbatch_size: 2\n")
+    out = probe("--model", "Qwen/Qwen3-0.6B", "-c", str(path), "--memory", "16GB", "--json")
+    data = json.loads(out)
+    assert data["run"]["mode"] == "cpo" and data["run"]["training"]["batch_size"] == 2
+
+
+def test_bad_inputs_are_one_line():
+    out = probe("--model", "Qwen/Qwen3-0.6B", "--train-mode", "dpo", "--bits", "4", exit_code=2)
+    assert "--load-in-4bits" in out and "Traceback" not in out
+
+
+def test_measure_without_the_extra_says_what_to_install(monkeypatch):
+    monkeypatch.setattr(pref, "installed", lambda: False)
+    out = probe("--model", "Qwen/Qwen3-0.6B", "--train-mode", "grpo", "--memory", "16GB", "--measure", exit_code=1)
+    assert "pip install 'mlxfit[rl]'" in out and "Traceback" not in out
+    probe("--model", "Qwen/Qwen3-0.6B", "--train-mode", "grpo", "--memory", "16GB")  # the estimate still answers
+
+
+# -- data, read with mlx-lm-lora's dataset classes -----------------------------------------
+
+@needs_rl
+def test_data_widest_batch_as_mlx_lm_lora_batches_it(tmp_path, tokenizer_folder):
+    from mlx_lm_lora.trainer.datasets import create_dataset
+    from mlx_lm_lora.trainer.dpo_trainer import iterate_dpo_batches
+
+    from mlxfit.model.dataset import load_tokenizer
+
+    folder = tmp_path / "m"
+    shutil.copytree(tokenizer_folder, folder)
+    (folder / "config.json").write_text(json.dumps(TINY["llama"]))
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"prompt": "the quick fox " * (i + 1), "chosen": "a model " * (3 * i + 1), "rejected": "dog " * i} for i in range(6)]
+    (data / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    tok = load_tokenizer(str(folder)).tokenizer
+    run = pref.resolve_run("dpo", {"batch_size": 2}, {})
+    stats = pref.read_data(str(data), run, tok)
+    import types
+
+    ds = create_dataset(rows, tok, types.SimpleNamespace(train_mode="dpo"))
+    assert stats.widest == max(b[0].shape[1] for b in iterate_dpo_batches(ds, 2, 2048))
+    assert stats.batches == 3
+    out = probe("--model", str(folder), "--train-mode", "dpo", "--batch-size", "2", "--data", str(data), "--json")
+    assert json.loads(out)["estimate"]["length"] == stats.widest
+
+
+# -- measured with mlx-lm-lora's trainers ---------------------------------------------------
+
+@needs_rl
+def test_measure_grpo_reaches_full_length_and_cpo_runs_uncompiled(model_folder):
+    from mlxfit.measure.preference import measure
+    from mlxfit.model.resolve import resolve_model
+
+    model = resolve_model(str(model_folder(TINY["llama"])))
+    run = pref.resolve_run("grpo", {"rl_group_size": 2, "max_completion_length": 8}, {})
+    m = measure(model, run, 16, prompt_length=8, steps=2, timeout=300)
+    assert m.steps == 2 and m.peak_bytes > 0
+    assert set(m.completion_lengths) == {8.0}
+    c = measure(model, pref.resolve_run("cpo", {}, {}), 16, steps=2, timeout=300)
+    assert c.compiled is False and c.peak_bytes > 0
+
+
+@needs_rl
+def test_probe_measure_orpo_json(model_folder):
+    folder = model_folder(TINY["llama"])
+    data = json.loads(probe("--model", str(folder), "--train-mode", "orpo", "--max-seq-length", "32", "--measure", "--json"))
+    assert data["measured"]["steps"] >= 3 and data["measured"]["peak_bytes"] > 0
+    assert data["measured"]["compiled"] is True
