@@ -41,17 +41,23 @@ USE_SHIPPED = True  # off while they are generated (and in tests that count what
 
 
 @lru_cache(maxsize=1)
-def fingerprint() -> str:
-    """The versions and source that the answers depend on."""
+def versions() -> str:
+    """The installed versions the answers depend on, as the fingerprint begins."""
     import mlx.core as mx
 
     from .mlx_lm_modules import version
 
-    digest = hashlib.sha256(f"{FORMAT} mlx {mx.__version__} mlx-lm {version()}".encode())
+    return f"mlx {mx.__version__} mlx-lm {version()}"
+
+
+def fingerprint() -> str:
+    """The versions and source that the answers depend on: the versions readable (a
+    release of mlx or mlx-lm makes shipped answers unused, not wrong), then a digest."""
+    digest = hashlib.sha256(f"{FORMAT} {versions()}".encode())
     root = Path(__file__).resolve().parent.parent
     for name in SOURCES:
         digest.update((root / name).read_bytes())
-    return digest.hexdigest()
+    return f"{versions()} {digest.hexdigest()}"
 
 
 def path_for(config_key: str) -> Path:
