@@ -265,12 +265,18 @@ def run(request: dict) -> None:
             )
 
 
-def main() -> None:
+def serve(run_request) -> None:
+    """What every measuring process speaks: one JSON request on stdin, JSON-line events
+    on the original stdout; whatever else is printed (mlx-lm's messages) goes to stderr."""
     global _OUT
     _OUT = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr
-    run(json.loads(sys.stdin.read()))
+    run_request(json.loads(sys.stdin.read()))
+
+
+def main() -> None:
+    serve(run)
 
 
 if __name__ == "__main__":

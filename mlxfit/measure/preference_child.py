@@ -22,19 +22,12 @@ line on stdout.
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import tempfile
 import time
 import traceback
 
-_OUT = sys.stdout
-
-
-def emit(event: str, **fields) -> None:
-    _OUT.write(json.dumps({"event": event, **fields}) + "\n")
-    _OUT.flush()
+from .child import emit, serve
 
 
 class StandInTokenizer:
@@ -193,11 +186,7 @@ def run(request: dict) -> None:
 
 
 def main() -> None:
-    global _OUT
-    _OUT = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    sys.stdout = sys.stderr
-    run(json.loads(sys.stdin.read()))
+    serve(run)
 
 
 if __name__ == "__main__":
