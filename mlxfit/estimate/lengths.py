@@ -10,11 +10,14 @@ Pure functions over a Plan: they return data and never print.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
+from ..errors import MlxfitError
 from .plan import Plan
 from .sizing import sized, training_for
 
 LENGTH_UNIT = 32  # lengths are answered in multiples of this (as bench --max max_seq_length)
+SEARCH_LIMIT_UNITS = 1 << 20  # how far the doubling may go before giving up
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,28 @@ class LongestFit:
     def to_dict(self) -> dict:
         return {"method": self.method, "tokens": self.tokens, "max_seq_length": self.max_seq_length,
                 "batch_size": self.batch_size, "every_length": self.every_length}
+
+
+def largest(fits: Callable[[int], bool], unit: int, limit_units: int = SEARCH_LIMIT_UNITS) -> int | None:
+    """The largest multiple of `unit` for which `fits` holds, assuming it holds up
+    to some point and never after: doubling, then bisection. None if not even `unit`."""
+    if not fits(unit):
+        return None
+    k = 1
+    while fits(2 * k * unit):
+        k *= 2
+        if k >= limit_units:
+            raise MlxfitError(
+                f"the estimate still fits at {k * unit:,}: no limit found (is the budget right?)"
+            )
+    lo, hi = k, 2 * k  # fits(lo), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid * unit):
+            lo = mid
+        else:
+            hi = mid
+    return lo * unit
 
 
 def longest_examples(plan: Plan) -> tuple[LongestFit, ...]:
@@ -55,11 +80,4 @@ def _longest(plan: Plan, method: str) -> LongestFit:
     found = LongestFit(method, None, top, training.batch_size)
     if fits(top):
         return replace(found, tokens=top)
-    lo, hi = 0, -(-top // LENGTH_UNIT)  # in units: lo fits (0: nothing yet), hi does not (at or past the top)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid * LENGTH_UNIT):
-            lo = mid
-        else:
-            hi = mid
-    return replace(found, tokens=lo * LENGTH_UNIT or None)
+    return replace(found, tokens=largest(lambda length: length < top and fits(length), LENGTH_UNIT))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ...errors import BadInput, MlxfitError
+from ...estimate.lengths import SEARCH_LIMIT_UNITS, largest
 from ...estimate.plan import predict
 from ...model.resolve import ModelInfo
 from ...model.training import TrainingConfig
@@ -15,30 +16,7 @@ from .once import measure_once, speed
 
 # --max: search units and how far the doubling may go before giving up.
 SEARCH_UNITS = {"batch_size": 1, "max_seq_length": 32}
-SEARCH_LIMIT_UNITS = 1 << 20
 MAX_RUNS = 8
-
-
-def largest(fits: Callable[[int], bool], unit: int, limit_units: int = SEARCH_LIMIT_UNITS) -> int | None:
-    """The largest multiple of `unit` for which `fits` holds, assuming it holds up
-    to some point and never after: doubling, then bisection. None if not even `unit`."""
-    if not fits(unit):
-        return None
-    k = 1
-    while fits(2 * k * unit):
-        k *= 2
-        if k >= limit_units:
-            raise MlxfitError(
-                f"the estimate still fits at {k * unit:,}: no limit found (is the budget right?)"
-            )
-    lo, hi = k, 2 * k  # fits(lo), not fits(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid * unit):
-            lo = mid
-        else:
-            hi = mid
-    return lo * unit
 
 
 @dataclass(frozen=True)
