@@ -211,3 +211,21 @@ def test_probe_measure_orpo_json(model_folder):
     data = json.loads(probe("--model", str(folder), "--train-mode", "orpo", "--max-seq-length", "32", "--measure", "--json"))
     assert data["measured"]["steps"] >= 3 and data["measured"]["peak_bytes"] > 0
     assert data["measured"]["compiled"] is True
+
+
+@pytest.mark.parametrize("memory", [None, "128GB"], ids=["this-machine", "hypothetical"])
+def test_a_measurement_that_would_not_fit_here_is_refused_before_building(memory, monkeypatch, platform):
+    """mlx-lm-lora's trainers cannot be measured by slice: a run over this machine's
+    budget is refused, whatever --memory plans for, and nothing is built or run."""
+    import mlxfit.answer_preference as answer_preference
+    from conftest import LINUX_CPU
+
+    platform(LINUX_CPU)  # a 25 GB CPU box: a 7B DPO run (two copies) is far over its budget
+
+    monkeypatch.setattr(answer_preference, "_measure", lambda *a: pytest.fail("a measurement was started"))
+    args = ["probe", "Qwen/Qwen2.5-7B-Instruct", "--train-mode", "dpo", "--measure"] + (["--memory", memory] if memory else [])
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert "refusing to measure: the estimate on this machine" in result.output
+    assert "cannot be measured by slice" in result.output
+    assert ("is for another machine" in result.output) == (memory is not None)

@@ -126,7 +126,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     pref = {k: training_flags.pop(k) for k in preference.FLAGS}
     if preference.wanted(pref["train_mode"], config_path):  # mlx-lm-lora's dpo, cpo, orpo, grpo
         return preference.probe(model_spec, config_path, data, training_flags, pref, get_machine(memory, gpu_memory, reserve),
-                                backend, do_measure, timeout, steps, json_)
+                                backend, do_measure, timeout, steps, json_, reserve)
     if json_:
         progress = answers.Silent()
     else:

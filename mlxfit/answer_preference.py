@@ -1,0 +1,141 @@
+"""The answer to probe for a DPO, CPO, ORPO or GRPO run (mlx-lm-lora), as data, in one
+function: the preference modes' counterpart of mlxfit/answer.py, at the same stage (below
+render/ and cli/, above measure/ and estimate/); it draws nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import BadInput
+
+
+@dataclass
+class PreferenceAnswer:
+    machine: Any
+    model: Any
+    run: Any
+    estimate: Any
+    plans: dict
+    stats: Any = None
+    measured: Any = None
+    notes: list = None
+
+    @property
+    def usable_bytes(self) -> int:
+        return self.machine.usable_bytes
+
+    def to_dict(self) -> dict:
+        out = {
+            "machine": self.machine.to_dict(),
+            "model": self.model.id,
+            "run": self.run.to_dict(),
+            "estimate": self.estimate.to_dict(),
+            "usable_bytes": self.usable_bytes,
+            "fits": self.estimate.peak_bytes <= self.usable_bytes,
+            "plans": {k: [c.__dict__ for c in v] for k, v in self.plans.items()},
+        }
+        if self.stats is not None:
+            out["data"] = self.stats.to_dict()
+        if self.notes:
+            out["notes"] = self.notes
+        if self.measured is not None:
+            out["measured"] = self.measured.to_dict()
+        return out
+
+
+def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machine, backend, do_measure, timeout, steps,
+          progress, reserve=None) -> PreferenceAnswer:
+    """A DPO, CPO, ORPO or GRPO run, answered: mlx-lm-lora's settings resolved, the
+    estimate phase by phase, the plans and, with `do_measure`, the measurement, judged
+    against this machine (`reserve` as given) whatever `machine` plans for.
+    `progress`: as for mlxfit.answer.probe (Silent shows nothing)."""
+    from dataclasses import replace
+
+    from .estimate import preference as est
+    from .model.preference import mode_from, read_data, read_yaml, resolve_run
+    from .model.resolve import resolve_model
+
+    config = read_yaml(Path(config_path)) if config_path else {}
+    mode = mode_from(pref.pop("train_mode"), config)
+    if training_flags.get("hosts") not in (None, 1):
+        raise BadInput(f"--hosts is not covered for --train-mode {mode}")
+    if training_flags.get("bits") is not None:
+        raise BadInput("--bits is mlx_lm.lora's: mlx_lm_lora.train quantizes with --load-in-4bits, -6bits or -8bits")
+    flags = {**training_flags, **pref, "rl_group_size": training_flags.get("group_size")}
+    model = resolve_model(model_spec or config.get("model"))
+    size_note = None
+    if model.architecture is None:
+        from .estimate.plan import nearest_catalog_model
+
+        near = nearest_catalog_model(model.params) if model.params else None
+        if near is None:
+            raise BadInput(f"{model.id}: no architecture to build, and no catalog model of its size")
+        size_note = f"{model.id} has no architecture: planned as {near.id}, the catalog's nearest in size"
+        model = near
+    run = resolve_run(mode, flags, config)
+    reference = None
+    if run.has_reference and run.reference_model_path:
+        reference = resolve_model(run.reference_model_path)
+        if reference.architecture is None:
+            raise BadInput(f"--reference-model-path {run.reference_model_path}: no architecture to size")
+    data = data or (config.get("data") if config.get("data") and Path(str(config["data"])).expanduser().exists() else None)
+    stats = None
+    length = None
+    prompt_length = pref.get("prompt_length")
+    if data:
+        from .model.dataset import load_tokenizer
+
+        choice = load_tokenizer(model)
+        if choice.approximate:
+            raise BadInput(f"--data with --train-mode {mode} needs the model's tokenizer: {choice.note}")
+        stats = read_data(data, run, choice.tokenizer)
+        if mode == "grpo":
+            prompt_length = prompt_length or stats.widest
+        else:
+            length = stats.widest
+    if mode == "grpo":
+        run = replace(run, prompt_length=prompt_length)
+    backend = backend or machine.backend
+    estimate = est.estimate_run(model, run, backend, length, reference, prompt_length)
+    usable = machine.usable_bytes
+    plans = est.plan(model, run, usable, backend, length, reference, prompt_length)
+    measured = None
+    if do_measure:
+        _refuse_what_would_not_fit_here(est, model, run, estimate, backend, machine, reserve, length, reference, prompt_length)
+        measured = _measure(model, run, estimate, timeout, steps, progress)
+    return PreferenceAnswer(machine, model, run, estimate, plans, stats, measured, [size_note] if size_note else [])
+
+
+def _refuse_what_would_not_fit_here(est, model, run, estimate, backend, machine, reserve, length, reference, prompt_length):
+    """A measurement runs here, and mlx-lm-lora's trainers cannot be measured by slice:
+    refused, before anything is built, when this machine's own estimate exceeds its budget."""
+    from .answer import get_machine, local_usable_bytes
+    from .errors import MlxfitError
+    from .units import format_size
+
+    here = get_machine(None, None, reserve) if machine.hypothetical else machine
+    need = (estimate if here.backend == backend else
+            est.estimate_run(model, run, here.backend, length, reference, prompt_length)).peak_bytes
+    usable = local_usable_bytes(machine, reserve)
+    if need > usable:
+        planned = (f" (the plan's {format_size(machine.usable_bytes)} is for another machine)"
+                   if machine.hypothetical else "")
+        raise MlxfitError(
+            f"refusing to measure: the estimate on this machine ({format_size(need)}) exceeds its "
+            f"{format_size(usable)} budget{planned}, and a --train-mode {run.mode} run cannot be measured by slice; "
+            "change the run (see its plans without --measure)"
+        )
+
+
+def _measure(model, run, estimate, timeout, steps, progress):
+    from .errors import MlxfitError
+    from .measure.preference import measure as run_measure
+    from .model.preference import EXTRA, installed
+
+    if not installed():
+        raise MlxfitError(f"--measure with --train-mode {run.mode} runs mlx-lm-lora's trainer, which is not installed: {EXTRA}")
+    with progress.measurement() as on_event:
+        return run_measure(model, run, estimate.length, prompt_length=estimate.prompt_length, steps=min(steps, 4),
+                           timeout=timeout, on_event=on_event)
