@@ -115,6 +115,21 @@ def test_remembered_facts_are_the_computed_ones(tmp_path, monkeypatch):
     assert len(list((tmp_path / "facts" / "facts").iterdir())) == 1  # one file per config
 
 
+def new_process():
+    """Forget what this process remembers, as a new probe would start."""
+    for cache in (lazy_model.model_for_key, _counted, _totals, sizing.catalog_model):
+        cache.cache_clear()
+    facts._loaded.clear()
+
+
+def record_builds(monkeypatch) -> list:
+    """The config keys of every model built from now on, in order."""
+    built = []
+    real = lazy_model.build
+    monkeypatch.setattr(lazy_model, "build", lambda config: built.append(lazy_model.config_key(config)) or real(config))
+    return built
+
+
 def test_a_second_plan_builds_nothing(tmp_path, monkeypatch):
     """What a plan asked once (the catalog models it compared included) is
     remembered: the same probe again builds no model at all."""
@@ -123,14 +138,7 @@ def test_a_second_plan_builds_nothing(tmp_path, monkeypatch):
         return make_plan(budget(16), from_catalog("Qwen/Qwen2.5-3B-Instruct"),
                          TrainingConfig(max_seq_length=2048), backend="metal")
 
-    def new_process():
-        for cache in (lazy_model.model_for_key, _counted, _totals, sizing.catalog_model):
-            cache.cache_clear()
-        facts._loaded.clear()
-
-    built = []
-    real = lazy_model.build
-    monkeypatch.setattr(lazy_model, "build", lambda config: built.append(lazy_model.config_key(config)) or real(config))
+    built = record_builds(monkeypatch)
     monkeypatch.setattr(facts, "USE_SHIPPED", False)  # as for a model the package has no answers for
     new_process()
     first = plan()
@@ -187,12 +195,8 @@ def test_a_first_plan_of_a_catalog_model_builds_nothing(tmp_path, monkeypatch):
     then remembered as computed ones would be."""
     skip_unless_shipped_for_these_versions(facts.read_shipped()[0])
     monkeypatch.setenv("MLXFIT_CACHE_DIR", str(tmp_path / "facts"))
-    for cache in (lazy_model.model_for_key, _counted, _totals, sizing.catalog_model):
-        cache.cache_clear()
-    facts._loaded.clear()
-    built = []
-    real = lazy_model.build
-    monkeypatch.setattr(lazy_model, "build", lambda config: built.append(lazy_model.config_key(config)) or real(config))
+    new_process()
+    built = record_builds(monkeypatch)
     plan = make_plan(budget(16), from_catalog("Qwen/Qwen2.5-7B-Instruct"), TrainingConfig(max_seq_length=2048),
                      backend="metal")
     assert plan.options and built == []

@@ -7,13 +7,11 @@ import json
 import shutil
 
 import pytest
-from click.testing import CliRunner
 
-from mlxfit.cli.main import cli
 from mlxfit.estimate.validation import VAL_BATCHES, forward_parts
-from mlxfit.model.resolve import from_folder
 from mlxfit.model.training import TrainingConfig
 from conftest import LINUX_CPU
+from test_probe_data import probe_json
 from tiny_configs import TINY
 
 
@@ -46,17 +44,13 @@ def _data(tmp_path, valid_words: int):
     return folder
 
 
-def _probe(*args):
-    result = CliRunner().invoke(cli, ["probe", *args, "--json"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)
 
 
 @pytest.mark.parametrize("valid_words, peaks", [(2, "training step"), (400, "validation")])
 def test_probe_with_a_valid_set_says_which_moment_peaks(tmp_path, model_with_tokenizer, platform, valid_words, peaks):
     platform(LINUX_CPU)
     data = _data(tmp_path, valid_words)
-    out = _probe("--model", str(model_with_tokenizer), "--data", str(data), "--batch-size", "2",
+    out = probe_json("--model", str(model_with_tokenizer), "--data", str(data), "--batch-size", "2",
                  "--max-seq-length", "2048", "--num-layers", "2")
     v = out["validation"]
     assert v["widest_batch_tokens"] == out["valid_data"]["worst_batch_tokens"]
@@ -73,7 +67,7 @@ def test_a_folder_without_valid_jsonl_has_no_validation_moment(tmp_path, model_w
     platform(LINUX_CPU)
     data = _data(tmp_path, 2)
     (data / "valid.jsonl").unlink()
-    out = _probe("--model", str(model_with_tokenizer), "--data", str(data), "--batch-size", "2", "--num-layers", "2")
+    out = probe_json("--model", str(model_with_tokenizer), "--data", str(data), "--batch-size", "2", "--num-layers", "2")
     assert "validation" not in out
 
 
