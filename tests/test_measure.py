@@ -216,6 +216,21 @@ def test_the_measured_verdict_is_on_the_estimates_basis(tmp_path, platform):
     assert "Measured verdict: fits" in text and "without the process's resident baseline" in text
 
 
+def wait_for_children(parent, timeout: float = 120) -> list:
+    """The measuring process(es) a probe started, once it has started one."""
+    import time
+
+    import psutil
+
+    deadline = time.time() + timeout
+    children = []
+    while time.time() < deadline and not children:
+        children = psutil.Process(parent.pid).children()
+        time.sleep(0.2)
+    assert children, "the measuring process never started"
+    return children
+
+
 def test_ctrl_c_stops_the_child_cleanly(tmp_path):
     import signal
     import time
@@ -231,12 +246,7 @@ def test_ctrl_c_stops_the_child_cleanly(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.time() + 120
-    children = []
-    while time.time() < deadline and not children:
-        children = psutil.Process(parent.pid).children()
-        time.sleep(0.2)
-    assert children, "the measuring process never started"
+    children = wait_for_children(parent)
     time.sleep(3)
     os.killpg(parent.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
     _, err = parent.communicate(timeout=60)
@@ -267,12 +277,7 @@ def test_every_signal_that_ends_probe_stops_its_child_and_removes_its_folder(tmp
         env={**os.environ, "TMPDIR": str(scratch)},
         preexec_fn=lambda: signal.signal(signal.SIGINT, handling),
     )
-    deadline = time.time() + 120
-    children = []
-    while time.time() < deadline and not children:
-        children = psutil.Process(parent.pid).children()
-        time.sleep(0.2)
-    assert children, "the measuring process never started"
+    children = wait_for_children(parent)
     assert list(scratch.glob("mlxfit-*")), "the measuring process's folder is not under TMPDIR"
     time.sleep(3)
     parent.send_signal(sig)
