@@ -49,6 +49,18 @@ def test_parser_defaults_that_beat_the_yaml_are_recorded():
 
 
 @needs_rl
+def test_the_trainer_seeds_before_training_as_the_child_does():
+    from mlx_lm_lora import train
+
+    from mlxfit.measure import preference_child
+
+    assert "mx.random.seed(args.seed)" in inspect.getsource(train.train_model)
+    assert "np.random.seed(args.seed)" in inspect.getsource(train.run)
+    child = inspect.getsource(preference_child.run)
+    assert child.index("seed_as_train_model()") < child.index("train_dpo(")
+
+
+@needs_rl
 def test_mechanisms_read_from_the_source():
     from mlx_lm_lora import train
     from mlx_lm_lora.trainer import grpo_trainer, online_rl_utils
