@@ -6,12 +6,18 @@ models built from a config.
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libopenblas.so.0 python benchmarks/preference.py \
         [--out benchmarks/results/preference.md] [--json rows.jsonl] [--only 0-5,9]
     python benchmarks/preference.py --rescore benchmarks/results/preference.jsonl   # estimates only
+    python benchmarks/preference.py --ranges [--write]   # each mode's range, cross-validated
 
 Each row: random weights saved as a model folder with a tiny tokenizer and a
 train.jsonl; mlx_lm_lora.train's own peak over 3 iterations; --measure's peak (the
 trainer run by mlxfit's child on synthesized batches); the estimate at the widest
 batch mlx-lm-lora builds from the file. benchmarks/results/preference.jsonl keeps the
 measured rows, so --rescore recomputes the estimates without running anything.
+benchmarks/results/preference_heldout.jsonl holds 24 more runs measured after the
+estimate was fixed (--measure, which agrees with mlx_lm_lora.train on the grid): the
+three modes with chosen and rejected sequences, with and without checkpointing, at two
+vocabulary sizes on each model. --ranges derives each mode's range from all of them and
+says how often a range derived without one set of runs holds that set's peaks.
 Needs mlx-lm-lora (pip install 'mlxfit[rl]').
 """
 
@@ -204,6 +210,70 @@ def one(name, mode, n, flags, tmp: Path) -> dict:
             "compiled": m.compiled, "real": round(max(real["peaks_gb"]) * 1e9), "real_completions": real["lengths"]}
 
 
+RESULTS = Path(__file__).resolve().parent / "results"
+RANGES = Path(__file__).resolve().parents[1] / "mlxfit" / "data" / "preference_ranges.json"
+# A range is the widest error seen per mode (quantiles 0 and 1): with 10-17 runs a
+# mode, the 5%-95% quantiles held only 41 of 54 runs left out one at a time.
+TAIL = 0.0
+
+
+def run_sets() -> dict:
+    """Three sets of runs, each (mode, measured / predicted) with today's estimate: the
+    grid against mlx_lm_lora.train, and the held-out runs of each model."""
+    sets = {}
+    for line in (RESULTS / "preference.jsonl").read_text().splitlines():
+        r = rescore(json.loads(line))
+        sets.setdefault("grid (mlx_lm_lora.train)", []).append((r["mode"], r["real"] / r["estimate"]))
+    for line in (RESULTS / "preference_heldout.jsonl").read_text().splitlines():
+        r = rescore(json.loads(line))
+        sets.setdefault(f"held out, {r['config']} (--measure)", []).append((r["mode"], r["measured"] / r["estimate"]))
+    return sets
+
+
+def mode_ranges(ratios: list) -> dict:
+    from mlxfit.estimate.uncertainty import quantile
+
+    out = {}
+    for mode in sorted({m for m, _ in ratios}):
+        xs = [x for m, x in ratios if m == mode]
+        out[mode] = {"low": round(quantile(xs, TAIL), 4), "high": round(quantile(xs, 1 - TAIL), 4), "runs": len(xs)}
+    return out
+
+
+def ranges(write: bool) -> None:
+    """Each mode's range from every run, and its promise tested: each set's peaks
+    against the ranges derived from the other sets alone."""
+    sets = run_sets()
+    every = [x for rows in sets.values() for x in rows]
+    final = mode_ranges(every)
+    lines = ["| mode | runs | range (measured / predicted) | width |", "|---|---|---|---|"]
+    for mode, e in final.items():
+        lines.append(f"| {mode} | {e['runs']} | {e['low']:.3f}–{e['high']:.3f} | {(e['high'] - e['low']) * 100:.0f}% |")
+    loo = 0
+    for i, (mode, x) in enumerate(every):
+        rest = mode_ranges([y for j, y in enumerate(every) if j != i]).get(mode)
+        loo += bool(rest and rest["low"] <= x <= rest["high"])
+    hits = total = 0
+    lines += ["", f"Each run against the range of the other {len(every) - 1}: {loo}/{len(every)} = {loo / len(every):.0%} inside.",
+              "", "| set left out | runs | inside the range derived without it |", "|---|---|---|"]
+    for name, rows in sets.items():
+        others = mode_ranges([x for other, rs in sets.items() if other != name for x in rs])
+        inside = [m in others and others[m]["low"] <= x <= others[m]["high"] for m, x in rows]  # no range: outside
+        hits, total = hits + sum(inside), total + len(inside)
+        lines.append(f"| {name} | {len(rows)} | {sum(inside)}/{len(rows)} |")
+    lines.append(f"| all | {total} | {hits}/{total} = {hits / total:.0%} |")
+    print("\n".join(lines))
+    if write:
+        RANGES.write_text(json.dumps({
+            "_comment": "Measured / predicted peak spread of DPO, CPO, ORPO and GRPO runs on the CPU: an estimate's range "
+                        "is [low, high] times it. Written by benchmarks/preference.py --ranges --write; see "
+                        "benchmarks/results/preference.md.",
+            "basis": f"the lowest and highest measured / predicted of each mode over {len(every)} CPU runs "
+                     "(mlx_lm_lora.train, and --measure on runs chosen after the estimate was fixed)",
+            "modes": final,
+        }, indent=2) + "\n")
+
+
 def estimate_for(name, mode, width, flags, folder: Path):
     from mlxfit.estimate.preference import estimate_run
     from mlxfit.model.preference import resolve_run
@@ -218,7 +288,7 @@ def estimate_for(name, mode, width, flags, folder: Path):
 
 def rescore(r: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "config.json").write_text(json.dumps(CONFIGS[r["config"]]))
+        (Path(tmp) / "config.json").write_text(json.dumps({**CONFIGS[r["config"]], **r.get("config_overrides", {})}))
         e = estimate_for(r["config"], r["mode"], r["width"], r["flags"], Path(tmp))
     return {**r, "estimate": e.peak_bytes, "phase": e.peak.name}
 
@@ -240,7 +310,12 @@ def main() -> None:
     p.add_argument("--json", help="also write the rows as JSON lines here (appended as they finish)")
     p.add_argument("--only", help="rows to run, e.g. 0-5 or 3,7")
     p.add_argument("--rescore", help="recompute the estimates of the rows recorded in this JSON-lines file, run nothing")
+    p.add_argument("--ranges", action="store_true", help="each mode's range from the recorded runs, cross-validated; run nothing")
+    p.add_argument("--write", action="store_true", help="with --ranges: write mlxfit/data/preference_ranges.json")
     args = p.parse_args()
+    if args.ranges:
+        ranges(args.write)
+        return
     if args.rescore:
         results = [rescore(json.loads(line)) for line in Path(args.rescore).read_text().splitlines() if line.strip()]
         write(results, [row(r) for r in results], args.out)

@@ -33,8 +33,9 @@ class PreferenceAnswer:
             "run": self.run.to_dict(),
             "estimate": self.estimate.to_dict(),
             "usable_bytes": self.usable_bytes,
-            "fits": self.estimate.peak_bytes <= self.usable_bytes,
-            "plans": {k: [c.__dict__ for c in v] for k, v in self.plans.items()},
+            "verdict": self.estimate.verdict(self.usable_bytes),
+            "fits": self.estimate.verdict(self.usable_bytes) == "fits",
+            "plans": {k: [{**c.__dict__, "fits": c.fits} for c in v] for k, v in self.plans.items()},
         }
         if self.stats is not None:
             out["data"] = self.stats.to_dict()

@@ -241,3 +241,53 @@ def test_a_measurement_that_would_not_fit_here_is_refused_before_building(memory
     assert "refusing to measure: the estimate on this machine" in result.output
     assert "cannot be measured by slice" in result.output
     assert ("is for another machine" in result.output) == (memory is not None)
+
+
+# -- ranges: a preference verdict respects its mode's spread -----------------------------
+
+def test_shipped_ranges_are_the_recorded_runs_spread():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import preference as bench
+
+    from mlxfit.estimate.uncertainty import preference_ranges
+
+    every = [x for rows in bench.run_sets().values() for x in rows]
+    assert bench.mode_ranges(every) == preference_ranges()["modes"], "stale: python benchmarks/preference.py --ranges --write"
+
+
+@pytest.mark.parametrize("backend", ["cpu", "metal"])
+def test_the_verdict_is_judged_on_the_range(backend):
+    from mlxfit.estimate.uncertainty import preference_ranges, range_factors
+    from mlxfit.model.resolve import resolve_model
+
+    model = resolve_model("Qwen/Qwen3-0.6B")
+    e = est.estimate_run(model, pref.resolve_run("dpo", {}, {}), backend)
+    low, high = e.range_bytes
+    assert low < e.peak_bytes < high
+    if backend == "metal":  # compounded with the Mac SFT spread
+        spread = preference_ranges()["modes"]["dpo"]
+        assert low / e.peak_bytes == pytest.approx(spread["low"] * range_factors("metal")[0], rel=1e-6)
+        assert high / e.peak_bytes == pytest.approx(spread["high"] * range_factors("metal")[1], rel=1e-6)
+    assert e.verdict(high) == "fits"
+    assert e.verdict(e.peak_bytes) == "tight"
+    assert e.verdict(low - 1) == "does not fit"
+
+
+def test_probe_says_tight_when_the_budget_is_inside_the_range():
+    from mlxfit.model.resolve import resolve_model
+
+    e = est.estimate_run(resolve_model("Qwen/Qwen3-0.6B"), pref.resolve_run("orpo", {}, {}), "metal")
+    budget = e.peak_bytes + 1_000_000  # above the point estimate, below the range's high end
+    out = json.loads(probe("--model", "Qwen/Qwen3-0.6B", "--train-mode", "orpo", "--memory", f"{budget / 0.75 / 1e9:.4f}GB",
+                           "--reserve", "25%", "--json"))
+    assert out["estimate"]["predicted_range_bytes"][0] < out["usable_bytes"] < out["estimate"]["predicted_range_bytes"][1]
+    assert out["verdict"] == "tight" and out["fits"] is False
+
+
+def test_a_plan_never_gives_a_flag_twice():
+    out = json.loads(probe("--model", "Qwen/Qwen2.5-7B-Instruct", "--train-mode", "dpo", "--memory", "16GB", "--json"))
+    options = [c["flags"].split()[0] for c in out["plans"]["combination"]]
+    assert options and len(options) == len(set(options))

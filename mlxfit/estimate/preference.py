@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from ..model.preference import EFFICIENT_STEP, PreferenceRun
 from ..model.resolve import ModelInfo
 from .detailed import Breakdown, counted_totals, dtype_bytes
-from .plan import TIGHT_FRACTION
+from .uncertainty import preference_range, verdict as range_verdict
 
 KV_STEP = 256  # mlx_lm/models/cache.py KVCache.step: the cache grows in these
 DEFAULT_PROMPT = 256  # GRPO without --data or --prompt-length: an assumed prompt, said so
@@ -77,11 +77,20 @@ class PreferenceEstimate:
     def peak_bytes(self) -> int:
         return self.peak.bytes
 
+    @property
+    def range_bytes(self) -> tuple[int, int]:
+        """The peak's range on this mode's evidence (mlxfit/estimate/uncertainty.py)."""
+        return preference_range(self.peak_bytes, self.run.mode, self.backend)
+
+    def verdict(self, usable_bytes: int) -> str:
+        return range_verdict(*self.range_bytes, usable_bytes)
+
     def to_dict(self) -> dict:
         return {
             "train_mode": self.run.mode,
             "backend": self.backend,
             "predicted_peak_bytes": self.peak_bytes,
+            "predicted_range_bytes": list(self.range_bytes),
             "peak_phase": self.peak.name,
             "length": self.length,
             "prompt_length": self.prompt_length,
@@ -222,7 +231,11 @@ class Change:
     flags: str  # what to add to the mlx_lm_lora.train command
     cost: str  # what it costs
     bytes: int
-    fits: bool
+    verdict: str  # on the estimate's range, as the run's own verdict
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict == "fits"
 
 
 def _variants(model: ModelInfo, run: PreferenceRun, length: int | None, prompt_length: int | None):
@@ -276,6 +289,9 @@ def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length
     def need(r, ref):
         return estimate_run(model, r, backend, length, ref, prompt_length).peak_bytes
 
+    def judged(b):
+        return range_verdict(*preference_range(b, run.mode, backend), usable)
+
     def apply(r, ref, change):
         if change == "ref4":
             return r, _quantized_reference(model)
@@ -287,9 +303,9 @@ def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length
         r, ref = apply(run, reference, change)
         b = need(r, ref)
         if b < base:
-            singles.append(Change(flags, cost, b, b <= usable))
+            singles.append(Change(flags, cost, b, judged(b)))
     combo = []
-    if base > usable and not any(c.fits for c in singles):
+    if judged(base) != "fits" and not any(c.fits for c in singles):
         r, ref, now = run, reference, base
         for _ in range(6):
             best = None
@@ -303,8 +319,10 @@ def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length
             if best is None:
                 break
             now, r, ref = best[0], best[3], best[4]
-            combo.append(Change(best[1], best[2], now, now <= usable))
-            if now <= TIGHT_FRACTION * usable:  # fits with margin, not just tight
+            option = best[1].split()[0]  # a second value of a flag replaces the first
+            combo = [c for c in combo if c.flags.split()[0] != option]
+            combo.append(Change(best[1], best[2], now, judged(now)))
+            if combo[-1].fits:  # the whole range within the budget
                 break
     return {"singles": singles, "combination": combo}
 

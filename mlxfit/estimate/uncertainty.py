@@ -9,7 +9,12 @@ measured / predicted peaks on the evidence for that backend
   (benchmarks/results/mac_evidence.md), never narrower than the CPU's, per kind of
   run (run_kind) where a kind has enough runs;
 - cuda: one public run only, so the Metal range widened by a stated margin;
-- rule: the rule of thumb against the public Mac runs (it has no backend).
+- rule: the rule of thumb against the public Mac runs (it has no backend);
+- preference and RL modes (DPO, CPO, ORPO, GRPO with mlx-lm-lora): their own spread
+  per mode on the CPU runs against mlx-lm-lora's trainer
+  (mlxfit/data/preference_ranges.json, written by benchmarks/preference.py --ranges);
+  on another backend, compounded with that backend's SFT spread, since no public
+  run of these modes was found there.
 
 A verdict is "fits" only when the high end is within the budget, "does not fit"
 when the low end is above it, and "tight" when the budget falls inside the range.
@@ -50,6 +55,20 @@ def range_basis(backend: str) -> str:
 
 def predicted_range(n_bytes: int, backend: str, basis: str = "detailed", kind: str | None = None) -> tuple[int, int]:
     low, high = range_factors(backend, basis, kind)
+    return int(math.floor(n_bytes * low)), int(math.ceil(n_bytes * high))
+
+
+@lru_cache(maxsize=1)
+def preference_ranges() -> dict:
+    return json.loads(data_text("preference_ranges.json"))
+
+
+def preference_range(n_bytes: int, mode: str, backend: str) -> tuple[int, int]:
+    entry = preference_ranges()["modes"][mode]
+    low, high = entry["low"], entry["high"]
+    if backend != "cpu":
+        backend_low, backend_high = range_factors(backend)
+        low, high = low * backend_low, high * backend_high
     return int(math.floor(n_bytes * low)), int(math.ceil(n_bytes * high))
 
 

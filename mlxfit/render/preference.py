@@ -6,7 +6,6 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..estimate.plan import verdict
 from ..units import format_gb, format_size
 from .text import console, print_fields, print_hanging
 
@@ -55,9 +54,16 @@ def render(model, run, estimate, usable, plans, stats=None, measured=None, notes
         table.add_row(Text(p.name + (" ◀ peak" if p is peak else ""), style="bold" if p is peak else ""),
                       format_size(p.bytes), Text(parts, style="dim"))
     console.print(table)
-    v = verdict(estimate.peak_bytes, usable)
+    v = estimate.verdict(usable)
+    low, high = estimate.range_bytes
+    spread = (f"the spread of {run.mode.upper()} runs against mlx-lm-lora's trainer on the CPU"
+              + ("" if estimate.backend == "cpu" else
+                 f", widened by the {estimate.backend} SFT spread: no public {estimate.backend} run of this mode was found"))
     print_hanging(f"[bold]Verdict[/]  [{VERDICT_STYLE[v]}]{v}[/]: the peak is the {peak.name.split(':')[0]}, "
-                  f"{format_size(estimate.peak_bytes)} against a budget of {format_gb(usable)}")
+                  f"{format_size(estimate.peak_bytes)} (range {format_size(low)}–{format_size(high)}: {spread}) "
+                  f"against a budget of {format_gb(usable)}")
+    if v == "tight":
+        print_hanging("[dim]The budget lies inside the range: --measure settles it with a few steps of mlx-lm-lora's own trainer.[/]")
     singles, combo = plans["singles"], plans["combination"]
     if singles:
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="What each change would need", title_justify="left")
@@ -66,11 +72,11 @@ def render(model, run, estimate, usable, plans, stats=None, measured=None, notes
         table.add_column("verdict")
         table.add_column("costs", style="dim")
         for c in singles:
-            w = verdict(c.bytes, usable)
+            w = c.verdict
             table.add_row(c.flags, format_size(c.bytes), Text(w, style=VERDICT_STYLE[w]), c.cost)
         console.print(table)
     if combo:
-        w = verdict(combo[-1].bytes, usable)
+        w = combo[-1].verdict
         flags = " ".join(c.flags for c in combo)
         print_hanging(f"[bold]Plan[/]     [{VERDICT_STYLE[w]}]{w}[/] together: {flags} ({format_size(combo[-1].bytes)})")
     if measured is not None:
