@@ -218,11 +218,16 @@ def test_measure_grpo_reaches_full_length_and_cpo_runs_uncompiled(model_folder):
 
 
 @needs_rl
-def test_probe_measure_orpo_json(model_folder):
+def test_probe_measure_orpo_json(model_folder, tmp_path, monkeypatch):
     folder = model_folder(TINY["llama"])
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))  # the child's temporary files land here
     data = json.loads(probe("--model", str(folder), "--train-mode", "orpo", "--max-seq-length", "32", "--measure", "--json"))
     assert data["measured"]["steps"] >= 3 and data["measured"]["peak_bytes"] > 0
     assert data["measured"]["compiled"] is True
+    # The trainer's saved adapters went with the parent's folder (MLX keeps a folder of its own there).
+    assert [p.name for p in temporary.iterdir() if p.name.startswith("mlxfit")] == []
 
 
 @pytest.mark.parametrize("memory", [None, "128GB"], ids=["this-machine", "hypothetical"])

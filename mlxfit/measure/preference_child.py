@@ -147,7 +147,9 @@ def run(request: dict) -> None:
                 pass
 
         steps = request["steps"]
-        workdir = tempfile.mkdtemp(prefix="mlxfit-rl-")
+        # The trainer saves its adapters at the end: into the parent's temporary
+        # folder (this process's working directory), removed however the parent ends.
+        workdir = tempfile.mkdtemp(prefix="mlxfit-rl-", dir=os.getcwd())
         common = dict(
             batch_size=training.batch_size, iters=steps, val_batches=0, steps_per_report=1,
             steps_per_eval=10 ** 9, steps_per_save=10 ** 9, adapter_file=os.path.join(workdir, "adapters.safetensors"),
