@@ -7,6 +7,7 @@ models built from a config.
         [--out benchmarks/results/preference.md] [--json rows.jsonl] [--only 0-5,9]
     python benchmarks/preference.py --rescore benchmarks/results/preference.jsonl   # estimates only
     python benchmarks/preference.py --ranges [--write]   # each mode's range, cross-validated
+    python benchmarks/preference.py --mac     # the estimate on the public Mac runs of these modes
 
 Each row: random weights saved as a model folder with a tiny tokenizer and a
 train.jsonl; mlx_lm_lora.train's own peak over 3 iterations; --measure's peak (the
@@ -274,6 +275,61 @@ def ranges(write: bool) -> None:
         }, indent=2) + "\n")
 
 
+# The public Mac runs of benchmarks/evidence/mac_preference_runs.csv whose settings are
+# known well enough to estimate (source, catalog config it shares, 4-bit, mode, flags,
+# width or longest prompt, logged peak in GB, what differs from mlx-lm-lora 5.10.2).
+MAC_RUNS = [
+    ("alokraj01/embedding_model_training, GRPO (peak per step, GiB)", "qwen/qwen2.5-3b-instruct", True, "grpo",
+     {"batch_size": 4, "rl_group_size": 4, "max_completion_length": 256, "max_seq_length": 1024, "grad_checkpoint": True,
+      "beta": 0.04, "num_layers": -1, "rank": 8, "scale": 10.0}, 511, (6.7 * 2 ** 30 / 1e9, 8.0 * 2 ** 30 / 1e9),
+     "mlx-lm-lora 3.4.3 with --micro-batch-size 1 (one completion per backward; 5.10.2 scores a prompt batch at once); "
+     "under a 28 GB memory limit and a 2 GB cache limit"),
+    ("alokraj01/embedding_model_training, GRPO smoke test", "qwen/qwen2.5-3b-instruct", True, "grpo",
+     {"batch_size": 4, "rl_group_size": 4, "max_completion_length": 52, "max_seq_length": 1024, "grad_checkpoint": False,
+      "beta": 0.04, "num_layers": -1, "rank": 8, "scale": 10.0}, 287, (17.946, 17.946),
+     "mlx-lm-lora 3.4.x; completions reached 52 of 256 tokens (estimated at 52); micro-batch 4 and no checkpointing inferred"),
+    ("mlx-lm-lora examples/r1_full_pipeline.ipynb, GRPO", "qwen/qwen3-1.7b", True, "grpo",
+     {"batch_size": 1, "rl_group_size": 2, "max_completion_length": 256, "max_seq_length": 512, "grad_checkpoint": True,
+      "beta": 0.1, "num_layers": -1, "rank": 8, "scale": 10.0}, 256, (11.743, 11.743),
+     "mlx-lm-lora 0.9.10; the author's comment, not a log; prompt length not stated (256 assumed); reference 4-bit"),
+    ("ml-explore/mlx-examples#1209, DPO", "qwen/qwen2.5-0.5b-instruct", True, "dpo",
+     {"batch_size": 1, "max_seq_length": 1024, "grad_checkpoint": True, "num_layers": 1}, (271, 541), (2.334, 2.334),
+     "the fork before mlx-lm-lora (LoRA on attention); 541 tokens trained in the first step: the wider of the pair "
+     "is 271 to 541 tokens"),
+    ("ml-explore/mlx-examples#1210, ORPO", "qwen/qwen2.5-0.5b-instruct", True, "orpo",
+     {"batch_size": 1, "max_seq_length": 1024, "grad_checkpoint": True, "num_layers": 1}, (271, 541), (1.347, 1.347),
+     "the same fork and data (1.347 GB at its second step)"),
+]
+
+
+def mac() -> None:
+    from mlxfit.estimate.preference import estimate_run
+    from mlxfit.model.preference import resolve_run
+    from mlxfit.model.resolve import _from_config, catalog
+
+    print("| run | mode | logged GB | estimate GB (range) | error | inside | differs from mlx-lm-lora 5.10.2 |")
+    print("|---|---|---|---|---|---|---|")
+    for source, config_id, four_bit, mode, flags, width, (lo, hi), differs in MAC_RUNS:
+        config = dict(catalog()[config_id][1])
+        if four_bit:
+            config["quantization"] = {"group_size": 64, "bits": 4}
+        model = _from_config(config_id, "catalog", config)
+        run = resolve_run(mode, dict(flags), {})
+        shortest, longest = width if isinstance(width, tuple) else (width, width)
+        ends = [estimate_run(model, run, "metal", prompt_length=w) if mode == "grpo" else estimate_run(model, run, "metal", length=w)
+                for w in (shortest, longest)]
+        p_lo, p_hi = ends[0].peak_bytes / 1e9, ends[1].peak_bytes / 1e9
+        low, high = ends[0].range_bytes[0] / 1e9, ends[1].range_bytes[1] / 1e9
+        # Zero error when the logged peak lies between the predictions at the row's bounds (as mac_evidence.py scores).
+        err = 0.0 if p_lo <= hi and p_hi >= lo else (min(abs(p_lo - lo), abs(p_hi - hi), abs(p_lo - hi), abs(p_hi - lo))
+                                                     * (1 if p_lo > hi else -1) / ((lo + hi) / 2) * 100)
+        inside = low <= hi and high >= lo
+        shown = f"{lo:.2f}" if lo == hi else f"{lo:.2f}–{hi:.2f}"
+        predicted = f"{p_lo:.2f}" if p_lo == p_hi else f"{p_lo:.2f}–{p_hi:.2f}"
+        print(f"| {source} | {mode} | {shown} | {predicted} ({low:.2f}–{high:.2f}) | {err:+.0f}% | "
+              f"{'yes' if inside else 'no'} | {differs} |")
+
+
 def estimate_for(name, mode, width, flags, folder: Path):
     from mlxfit.estimate.preference import estimate_run
     from mlxfit.model.preference import resolve_run
@@ -312,7 +368,10 @@ def main() -> None:
     p.add_argument("--rescore", help="recompute the estimates of the rows recorded in this JSON-lines file, run nothing")
     p.add_argument("--ranges", action="store_true", help="each mode's range from the recorded runs, cross-validated; run nothing")
     p.add_argument("--write", action="store_true", help="with --ranges: write mlxfit/data/preference_ranges.json")
+    p.add_argument("--mac", action="store_true", help="the estimate on the public Mac runs of these modes; run nothing")
     args = p.parse_args()
+    if args.mac:
+        return mac()
     if args.ranges:
         ranges(args.write)
         return
