@@ -69,8 +69,11 @@ PRIOR = {
 ACTIVATIONS_PRIOR = 1.3
 # Counted, not fitted (mlx_lm/tuner/trainer.py grad_checkpoint wraps each block's __call__ in
 # mx.checkpoint, which keeps only the block's inputs for the backward): one B x T x h tensor per
-# checkpointed block. The CPU's 4.0 absorbs its run-ahead allocation; Metal does not run ahead.
+# checkpointed block. The CPU counts the same since 2026 (its run-ahead is checkpoint_ahead's, below).
 CHECKPOINT = 1.0
+# The CPU's hidden-state-sized buffers allocated ahead while a checkpointed block is
+# recomputed (mx.eval's run-ahead on the CPU): Metal does not run ahead.
+CHECKPOINT_AHEAD = 0.0
 # lora.py's backward needs the layer's input x (counted with the block's activations), x @ lora_a
 # (B x T x rank, float32: under 2% of any adapted output at rank 16) and the weights: the adapted
 # layer's output y and the float32 z are forward temporaries, not kept. Counted as nothing kept; the
@@ -111,6 +114,7 @@ def base_coefficients() -> dict:
         c[name] *= ACTIVATIONS_PRIOR
     c.update(PRIOR)
     c["checkpoint"] = CHECKPOINT
+    c["checkpoint_ahead"] = CHECKPOINT_AHEAD
     c["adapter_act"] = ADAPTER_OUTPUTS
     return c
 

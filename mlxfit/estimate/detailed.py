@@ -322,6 +322,9 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         "trainable_bytes": trainable_bytes,
         "optimizer_bytes": optimizer_bytes,
         "checkpoint_bytes": B * T * h * (n + 1) * s if training.grad_checkpoint and n else 0,
+        # The same run's hidden-state-sized buffers that do not grow with depth (on the CPU,
+        # what mx.eval allocates ahead while a checkpointed block is recomputed).
+        "checkpoint_ahead_bytes": B * T * h * s if training.grad_checkpoint and n else 0,
         "scores_bytes": scores,
         # The backward pass of the block being differentiated: its attention's
         # softmax gradient and its activations' gradients, once whatever the depth.
@@ -392,6 +395,7 @@ TERMS = (
     ("act_full_inter", "act_full_inter_bytes", "activations", KEPT),
     ("qk_norm_full", "qk_norm_full_bytes", "activations", KEPT),
     ("checkpoint", "checkpoint_bytes", "activations", KEPT),
+    ("checkpoint_ahead", "checkpoint_ahead_bytes", "activations", KEPT),
     ("split", "split_bytes", "activations", KEPT),
     ("frozen_fused", "frozen_fused_bytes", "activations", KEPT),
     ("scores", "scores_bytes", "attention scores", KEPT),
