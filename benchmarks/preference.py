@@ -241,9 +241,9 @@ def mode_ranges(ratios: list) -> dict:
     return out
 
 
-def ranges(write: bool) -> None:
+def ranges(write: bool) -> list[str]:
     """Each mode's range from every run, and its promise tested: each set's peaks
-    against the ranges derived from the other sets alone."""
+    against the ranges derived from the other sets alone (markdown lines)."""
     sets = run_sets()
     every = [x for rows in sets.values() for x in rows]
     final = mode_ranges(every)
@@ -263,7 +263,6 @@ def ranges(write: bool) -> None:
         hits, total = hits + sum(inside), total + len(inside)
         lines.append(f"| {name} | {len(rows)} | {sum(inside)}/{len(rows)} |")
     lines.append(f"| all | {total} | {hits}/{total} = {hits / total:.0%} |")
-    print("\n".join(lines))
     if write:
         RANGES.write_text(json.dumps({
             "_comment": "Measured / predicted peak spread of DPO, CPO, ORPO and GRPO runs on the CPU: an estimate's range "
@@ -273,6 +272,7 @@ def ranges(write: bool) -> None:
                      "(mlx_lm_lora.train, and --measure on runs chosen after the estimate was fixed)",
             "modes": final,
         }, indent=2) + "\n")
+    return lines
 
 
 # The public Mac runs of benchmarks/evidence/mac_preference_runs.csv whose settings are
@@ -302,13 +302,13 @@ MAC_RUNS = [
 ]
 
 
-def mac() -> None:
+def mac() -> list[str]:
     from mlxfit.estimate.preference import estimate_run
     from mlxfit.model.preference import resolve_run
     from mlxfit.model.resolve import _from_config, catalog
 
-    print("| run | mode | logged GB | estimate GB (range) | error | inside | differs from mlx-lm-lora 5.10.2 |")
-    print("|---|---|---|---|---|---|---|")
+    lines = ["| run | mode | logged GB | estimate GB (range) | error | inside | differs from mlx-lm-lora 5.10.2 |",
+             "|---|---|---|---|---|---|---|"]
     for source, config_id, four_bit, mode, flags, width, (lo, hi), differs in MAC_RUNS:
         config = dict(catalog()[config_id][1])
         if four_bit:
@@ -326,8 +326,72 @@ def mac() -> None:
         inside = low <= hi and high >= lo
         shown = f"{lo:.2f}" if lo == hi else f"{lo:.2f}–{hi:.2f}"
         predicted = f"{p_lo:.2f}" if p_lo == p_hi else f"{p_lo:.2f}–{p_hi:.2f}"
-        print(f"| {source} | {mode} | {shown} | {predicted} ({low:.2f}–{high:.2f}) | {err:+.0f}% | "
-              f"{'yes' if inside else 'no'} | {differs} |")
+        lines.append(f"| {source} | {mode} | {shown} | {predicted} ({low:.2f}–{high:.2f}) | {err:+.0f}% | "
+                     f"{'yes' if inside else 'no'} | {differs} |")
+    return lines
+
+
+def heldout_summary() -> str:
+    rows = [rescore(json.loads(line)) for line in (RESULTS / "preference_heldout.jsonl").read_text().splitlines()]
+
+    def err(r):
+        return (r["estimate"] - r["measured"]) / r["measured"] * 100
+
+    parts = []
+    for mode in ("dpo", "cpo", "orpo"):
+        e = [err(r) for r in rows if r["mode"] == mode]
+        parts.append(f"{mode.upper()} {statistics.median(abs(x) for x in e):.1f}% (from {min(e):+.1f}% to {max(e):+.1f}%)")
+    return (f"The estimate on them: median |error| {statistics.median(abs(err(r)) for r in rows):.1f}%; " + ", ".join(parts)
+            + ". Checkpointed CPO reads highest: the estimate counts more float32 logits than the step holds.")
+
+
+HELDOUT_TEXT = """## Held out, and each mode's range
+
+`benchmarks/results/preference_heldout.jsonl`: 24 more runs measured after the estimate was fixed
+(`--measure`, which agrees with `mlx_lm_lora.train` on the grid above): DPO, CPO and ORPO, with and
+without checkpointing, at vocabularies of 8k and 16k on each model (llama-tied at 1 x 272 tokens,
+qwen3 at 1 x 144). {summary}
+
+From the slope of the peak over the vocabulary, the step holds float32-logits-sized buffers
+(1 x T x V x 4 bytes) per chosen/rejected pair: DPO 9.5 (llama) and 13.5–15 (qwen3), CPO 5.0 and
+5.0–7.5, ORPO 2.0 and 3.5; on llama the same with or without checkpointing, on qwen3 fewer with it.
+The count follows depth, not the architecture: the same llama with 6 blocks instead of 8 holds 15
+(DPO) and 7.5 (CPO), as qwen3's 6 blocks do, tied embeddings or not, at 144 or 272 tokens. The
+mechanism is MLX's evaluation order (mlx/transforms.cpp eval_impl: the graph's tape is built
+breadth-first, at most `MLX_BFS_MAX_WIDTH` = 20 arrays wide, then run in reverse), which interleaves
+the chosen, rejected and reference passes differently at each depth. Measured on llama-tied at
+1 x 144 (DPO, V 8k and 16k), the buffers held and the 8k peak:
+
+| MLX_BFS_MAX_WIDTH | 6 blocks | 8 blocks |
+|---|---|---|
+| 1 (depth first) | 7.0 (83.7 MB) | 7.0 (97.4 MB) |
+| 20 (MLX's default) | 15.0 (118.3 MB) | 9.5 (109.8 MB) |
+| 200 | 15.0 (119.8 MB) | 13.5 (126.8 MB) |
+
+A count fitted at one depth does not carry to another, so the estimate does not model it yet; it
+would take replaying MLX's tape order over the step's graph. Depth-first order held 29% less here
+(83.7 against 118.3 MB); whether `MLX_BFS_MAX_WIDTH=1` is worth its cost in speed on a Mac is not
+measured.
+
+`python benchmarks/preference.py --ranges --write` derives each mode's range (the lowest and highest
+measured / predicted over all 54 runs) into `mlxfit/data/preference_ranges.json`; a preference
+verdict is judged on it, and on Metal it is widened by the Mac SFT range (no public Mac run of these
+modes was found that ran mlx-lm-lora 5.10.2):
+"""
+
+MAC_TEXT = """## Public Mac runs of these modes
+
+`benchmarks/evidence/mac_preference_runs.csv` holds every public Mac run of these modes found with a
+peak beside its settings (11 rows with their sources, two of them out-of-memory reports, three of
+low trust). None ran mlx-lm-lora 5.10.2: they are an outside check of the estimate, not evidence it
+was fitted on. `python benchmarks/preference.py --mac` estimates the five whose settings are known
+(Metal, 4-bit bases as stored; a width known only within bounds is estimated at both, and scores
+zero error when the logged peak lies between):
+"""
+
+MAC_AFTER = """The GRPO runs of older mlx-lm-lora versions differ in mechanism (3.4.3's micro-batches of one
+completion; 0.9.10's rollout), so they say little about 5.10.2; they do say that a Mac GRPO run's
+peak has varied by version by more than the range here."""
 
 
 def estimate_for(name, mode, width, flags, folder: Path):
@@ -371,9 +435,10 @@ def main() -> None:
     p.add_argument("--mac", action="store_true", help="the estimate on the public Mac runs of these modes; run nothing")
     args = p.parse_args()
     if args.mac:
-        return mac()
+        print("\n".join(mac()))
+        return
     if args.ranges:
-        ranges(args.write)
+        print("\n".join(ranges(args.write)))
         return
     if args.rescore:
         results = [rescore(json.loads(line)) for line in Path(args.rescore).read_text().splitlines() if line.strip()]
@@ -427,7 +492,8 @@ def write(results, lines, out) -> None:
             e = [x for x, r in zip(est, results) if r["mode"] == mode]
             if e:
                 tail.append(f"- {mode}: {len(e)} runs, estimate median {statistics.median(e):.1f}%, worst {max(e):.1f}%")
-    Path(out).write_text("\n".join(head + lines + tail) + "\n")
+    sections = ["", HELDOUT_TEXT.format(summary=heldout_summary()), *ranges(write=False), "", MAC_TEXT, *mac(), "", MAC_AFTER]
+    Path(out).write_text("\n".join(head + lines + tail + sections) + "\n")
     print("\n".join(tail))
 
 
