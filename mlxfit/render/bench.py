@@ -430,7 +430,8 @@ def plot_sweep(rows: list[Row], varying: list[str], usable_bytes: int, path, tit
     nan = float("nan")  # a gap in a line where a run has no figure
     process = [r.process_peak_bytes / unit if r.process_peak_bytes else nan for r in rows]
     memory_ax.plot(x, predicted, "o--", color="tab:blue", label="predicted")
-    memory_ax.plot(x, [nan if v is None else v for v in measured], "s-", color="tab:orange", label="measured (MLX peak with load)")
+    what = "mlx-lm-lora trainer's peak" if any(is_preference(r) for r in rows) else "MLX peak with load"
+    memory_ax.plot(x, [nan if v is None else v for v in measured], "s-", color="tab:orange", label=f"measured ({what})")
     if any(r.process_peak_bytes for r in rows):
         memory_ax.plot(x, process, "^:", color="tab:gray", alpha=0.7, label="process peak")
     for i, r in enumerate(rows):
