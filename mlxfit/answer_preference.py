@@ -76,11 +76,7 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
         size_note = f"{model.id} has no architecture: planned as {near.id}, the catalog's nearest in size"
         model = near
     run = resolve_run(mode, flags, config)
-    reference = None
-    if run.has_reference and run.reference_model_path:
-        reference = resolve_model(run.reference_model_path)
-        if reference.architecture is None:
-            raise BadInput(f"--reference-model-path {run.reference_model_path}: no architecture to size")
+    reference = reference_model(run)
     data = data or (config.get("data") if config.get("data") and Path(str(config["data"])).expanduser().exists() else None)
     stats = None
     length = None
@@ -104,14 +100,30 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
     plans = est.plan(model, run, usable, backend, length, reference, prompt_length)
     measured = None
     if do_measure:
-        _refuse_what_would_not_fit_here(est, model, run, estimate, backend, machine, reserve, length, reference, prompt_length)
+        refuse_what_would_not_fit_here(est, model, run, estimate, backend, machine, reserve, length, reference, prompt_length)
         measured = _measure(model, run, estimate, timeout, steps, progress)
     return PreferenceAnswer(machine, model, run, estimate, plans, stats, measured, [size_note] if size_note else [])
 
 
-def _refuse_what_would_not_fit_here(est, model, run, estimate, backend, machine, reserve, length, reference, prompt_length):
+def reference_model(run):
+    """The model at --reference-model-path, sized (None: the reference is a second
+    copy of --model, or the mode has none)."""
+    from .model.resolve import resolve_model
+
+    if not (run.has_reference and run.reference_model_path):
+        return None
+    reference = resolve_model(run.reference_model_path)
+    if reference.architecture is None:
+        raise BadInput(f"--reference-model-path {run.reference_model_path}: no architecture to size")
+    return reference
+
+
+def refuse_what_would_not_fit_here(est, model, run, estimate, backend, machine, reserve, length, reference, prompt_length,
+                                   then="change the run (see its plans without --measure)"):
     """A measurement runs here, and mlx-lm-lora's trainers cannot be measured by slice:
-    refused, before anything is built, when this machine's own estimate exceeds its budget."""
+    refused (MlxfitError), before anything is built, when this machine's own estimate
+    exceeds its budget, whatever `machine` plans for. `then`: what the message ends with
+    (probe and bench say what to do differently)."""
     from .answer import get_machine, local_usable_bytes
     from .errors import MlxfitError
     from .units import format_size
@@ -126,7 +138,7 @@ def _refuse_what_would_not_fit_here(est, model, run, estimate, backend, machine,
         raise MlxfitError(
             f"refusing to measure: the estimate on this machine ({format_size(need)}) exceeds its "
             f"{format_size(usable)} budget{planned}, and a --train-mode {run.mode} run cannot be measured by slice; "
-            "change the run (see its plans without --measure)"
+            + then
         )
 
 

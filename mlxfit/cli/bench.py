@@ -9,6 +9,7 @@ import click
 
 from ..errors import BadInput, MlxfitError
 from ..model.training import OPTIMIZERS, TrainingConfig
+from .preference import preference_options
 from .options import (
     CONTEXT_SETTINGS,
     get_machine,
@@ -22,6 +23,10 @@ from .options import (
 
 LIST = "N[,N...]"
 MAX_CHOICES = ("batch_size", "max_seq_length", "batch-size", "max-seq-length")
+PREFERENCE_MODES = "dpo, cpo, orpo or grpo"
+# What --train-mode dpo, cpo, orpo or grpo sweeps of bench's own flags; left at
+# their defaults, mlx-lm-lora's defaults apply (all blocks, batch 1).
+PREFERENCE_SWEPT = ("fine_tune_type", "num_layers", "batch_size", "max_seq_length", "rank", "grad_checkpoint")
 
 
 def check_writable(option: str, path: str | None) -> None:
@@ -41,16 +46,16 @@ def check_writable(option: str, path: str | None) -> None:
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.option("--model", "-m", "model_spec", metavar="MODEL", help="A folder with config.json, a Hugging Face repo id, a catalog id or a size like 7B. Default: Qwen/Qwen3-0.6B.")
 @click.option("--method", metavar="M[,M...]", help="Any of lora, qlora, full (as in mlxfit probe). Default: lora.")
-@click.option("--fine-tune-type", metavar="T[,T...]", default="lora", show_default=True, help="Any of lora, dora, full.")
-@click.option("--num-layers", metavar=LIST, default="16", show_default=True, help="Blocks to train, counted from the last; -1 for all.")
-@click.option("--batch-size", metavar=LIST, default="4", show_default=True, help="Examples per step.")
+@click.option("--fine-tune-type", "--train-type", "fine_tune_type", metavar="T[,T...]", default="lora", show_default=True, help="Any of lora, dora, full (--train-type: mlx_lm_lora.train's name).")
+@click.option("--num-layers", metavar=LIST, default="16", help="Blocks to train, counted from the last; -1 for all [default: 16; with --train-mode dpo, cpo, orpo, grpo: -1, as mlx_lm_lora.train].")
+@click.option("--batch-size", metavar=LIST, default="4", help="Examples per step [default: 4; with --train-mode dpo, cpo, orpo, grpo: 1].")
 @click.option("--max-seq-length", metavar=LIST, default="2048", show_default=True, help="Longest example in tokens.")
 @click.option("--rank", metavar=LIST, default="8", show_default=True, help="LoRA rank.")
 @click.option("--grad-checkpoint", metavar="on[,off]", default="off", show_default=True, help="Recompute activations in the backward pass.")
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True)
 @click.option("--bits", type=int, default=4, show_default=True, help="QLoRA: bits per weight of the quantized base.")
-@click.option("--group-size", type=int, default=64, show_default=True, help="QLoRA: quantization group size.")
-@click.option("--max", "maximize", type=click.Choice(MAX_CHOICES), help="Instead of a sweep: the largest batch_size or max_seq_length that fits the budget less --margin.")
+@click.option("--group-size", type=int, default=64, help="QLoRA: quantization group size [default: 64]. With --train-mode grpo: completions per prompt, as mlx_lm_lora.train [default: 4].")
+@click.option("--max", "maximize", type=click.Choice(MAX_CHOICES), help="Instead of a sweep: the largest batch_size or max_seq_length that fits the budget less --margin (sft runs only, not --train-mode dpo, cpo, orpo, grpo).")
 @click.option("--margin", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True, help="With --max: the share of the budget kept free.")
 @click.option("--estimate-only", is_flag=True, help="Predict only; measure nothing.")
 @click.option("--force", is_flag=True, help="Measure combinations predicted not to fit too.")
@@ -59,18 +64,24 @@ def check_writable(option: str, path: str | None) -> None:
 @click.option("--plot", type=click.Path(dir_okay=False), help="Draw measured vs predicted peak and tokens/second to this PNG (needs mlxfit[plot]).")
 @click.option("--backend", type=click.Choice(["cpu", "metal", "cuda"]), help="With --estimate-only: estimate for this MLX backend. Measured runs use this machine's.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds before one measurement is stopped.")
-@click.option("--steps", type=click.IntRange(min=3), default=6, show_default=True, help="Most steps per measurement.")
+@click.option("--steps", type=click.IntRange(min=3), default=6, show_default=True, help="Most steps per measurement (at most 4 with --train-mode dpo, cpo, orpo, grpo, as probe --measure).")
+@preference_options(sweep=True)
 @machine_options
 @json_option
 @handle_errors
 def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_length, rank, grad_checkpoint,
           optimizer, bits, group_size, maximize, margin, estimate_only, force, out, resume, plot, backend,
-          timeout, steps, memory, gpu_memory, reserve, json_):
+          timeout, steps, memory, gpu_memory, reserve, json_, **pref):
     """Sweep training settings: predicted and measured peak and speed of each combination.
 
     Comma-separated values sweep a setting; every combination runs in order of
     increasing prediction, a few real mlx-lm steps each. --max finds the largest
     batch size or sequence length that fits instead.
+
+    With --train-mode dpo, cpo, orpo or grpo each combination is an mlx_lm_lora.train
+    run: the preference estimate (its peak and peak phase) and a few steps of
+    mlx-lm-lora's own trainer (pip install 'mlxfit[rl]'); one this machine cannot
+    hold is not measured, even with --force (it cannot be measured by slice).
 
     Exit status 3: a measurement timed out, so whether that run fits is unknown
     (never reported as "does not fit"); 130: interrupted.
@@ -80,6 +91,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
       mlxfit bench -m Qwen/Qwen3-0.6B --batch-size 1,2,4,8 --max-seq-length 512,1024 --out r.csv --plot r.png
       mlxfit bench -m Qwen/Qwen3-0.6B --method lora,qlora --grad-checkpoint on,off --estimate-only
       mlxfit bench -m Qwen/Qwen3-0.6B --max batch_size --memory 16GB
+      mlxfit bench -m Qwen/Qwen3-0.6B --train-mode grpo --max-completion-length 128,256,512 --estimate-only
     """
     from ..measure import bench as lib
     from ..model.resolve import resolve_model
@@ -87,11 +99,22 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     from ..render.text import console
 
     ctx = click.get_current_context()
+    mode = pref.pop("train_mode") or "sft"
     given = {
         "method": method, "fine_tune_type": fine_tune_type, "num_layers": num_layers, "batch_size": batch_size,
         "max_seq_length": max_seq_length, "rank": rank, "grad_checkpoint": grad_checkpoint,
     }
+    if mode == "sft":
+        mlx_lm_lora_only = [n for n, v in pref.items() if v is not None]
+        if mlx_lm_lora_only:
+            flag = "--" + mlx_lm_lora_only[0].replace("_", "-")
+            raise BadInput(f"{flag} is mlx_lm_lora.train's: add --train-mode {PREFERENCE_MODES}")
+    else:
+        given = preference_sweeps(ctx, mode, given, maximize, pref)
     sweeps = {name: lib.parse_sweep(name, text) for name, text in given.items() if text is not None}
+    if len(sweeps.get("max_completion_length", ())) > 1 and mode != "grpo":
+        raise BadInput(f"--max-completion-length {given['max_completion_length']}: a list sweeps GRPO's completions, "
+                       f"and --train-mode {mode} generates none")
     setting = maximize.replace("-", "_") if maximize else None
     if setting:
         flag = "--" + setting.replace("_", "-")
@@ -112,6 +135,14 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
 
     model = resolve_model(model_spec)
     measuring = not estimate_only
+    if mode != "sft":
+        from ..model.preference import require_extra
+
+        if model.architecture is None:
+            raise BadInput(f"{model.id} is a bare size with no architecture: --train-mode {mode} needs one (a catalog id, "
+                           "a Hugging Face repo id or a folder with config.json)")
+        if measuring:
+            require_extra(f"bench --train-mode {mode} without --estimate-only")
     if measuring and model.config is None:
         raise MlxfitError(
             f"{model.id} is a bare size with no architecture to build: measure a catalog id, a Hugging Face "
@@ -127,12 +158,20 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         backend = local  # the prediction is judged against a measurement made here
     else:
         backend = backend or machine.backend
-    calibration = local_calibration(machine, backend, model)
-    # What a measurement may take here: runs predicted over it are measured by slice.
-    local_usable = local_usable_bytes(machine, reserve)
-    base = TrainingConfig(optimizer=optimizer, bits=bits, group_size=group_size)
-    trainings = lib.combinations(model, base, sweeps)
-    notes = [render_bench.hypothetical_note(machine)] if measuring and machine.hypothetical else []
+    if mode == "sft":
+        calibration = local_calibration(machine, backend, model)
+        # What a measurement may take here: runs predicted over it are measured by slice.
+        local_usable = local_usable_bytes(machine, reserve)
+        base = TrainingConfig(optimizer=optimizer, bits=bits, group_size=group_size)
+        trainings = lib.combinations(model, base, sweeps)
+        notes = [render_bench.hypothetical_note(machine)] if measuring and machine.hypothetical else []
+    else:
+        from ..measure.bench import preference as pref_lib
+
+        flags = {**pref, "optimizer": optimizer, "rl_group_size": group_size if given_flag(ctx, "group_size") else None}
+        runs = pref_lib.combinations(model, mode, flags, sweeps)
+        trainings = [run.training for run in runs]
+        notes = preference_notes(runs, machine, measuring)
 
     if setting:
         if not json_:
@@ -150,23 +189,34 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
             ctx.exit(lib.EXIT_UNKNOWN)
         return
 
-    log = lib.CsvLog(out) if out else None
+    log = (lib.CsvLog(out) if mode == "sft" else lib.CsvLog(out, row=pref_lib.PreferenceRow)) if out else None
     stored = {}
     if log is not None:
         log.check()
         if resume:
             stored = {row.key: row for row in log.read()}
-    planned = lib.plan_sweep(model, trainings, machine.usable_bytes, backend, calibration, measuring, force)
+    if mode == "sft":
+        planned = lib.plan_sweep(model, trainings, machine.usable_bytes, backend, calibration, measuring, force)
+    else:
+        planned = plan_preference(pref_lib, model, runs, machine, reserve, backend, measuring, force)
     varying = [name for name, values in sweeps.items() if len(values) > 1]
     if not json_:
-        render_bench.render_header(machine, model, trainings[0], varying, out, measuring=measuring)
+        if mode == "sft":
+            render_bench.render_header(machine, model, trainings[0], varying, out, measuring=measuring)
+        else:
+            render_bench.render_header(machine, model, trainings[0], varying, out, measuring=measuring, run=runs[0],
+                                       notes=notes)
 
     rows, resumed, interrupted, written = [], 0, False, 0
     failed = None  # what could not be written: the sweep stops, and what it measured is still shown
     with render_bench.sweep_progress(len(planned), varying, quiet=json_ or not measuring) as on_event:
         try:
-            for row, fresh in lib.run_sweep(model, planned, machine.usable_bytes, backend, stored, timeout, steps, on_event,
-                                            local_usable_bytes=local_usable, force=force):
+            if mode == "sft":
+                sweep = lib.run_sweep(model, planned, machine.usable_bytes, backend, stored, timeout, steps, on_event,
+                                      local_usable_bytes=local_usable, force=force)
+            else:
+                sweep = pref_lib.run_sweep(model, planned, machine.usable_bytes, backend, stored, timeout, steps, on_event)
+            for row, fresh in sweep:
                 rows.append(row)
                 resumed += not fresh
                 if fresh and log is not None:
@@ -182,7 +232,8 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
             interrupted = True
     if plot and rows and failed is None:
         try:
-            render_bench.plot_sweep(rows, varying, machine.usable_bytes, plot, title=f"{model.id} · {backend}")
+            title = f"{model.id} · {backend}" if mode == "sft" else f"{model.id} · {mode} · {backend}"
+            render_bench.plot_sweep(rows, varying, machine.usable_bytes, plot, title=title)
         except OSError as e:
             failed = f"--plot {plot}: cannot write ({e.strerror or e}); the rows above are every one measured" + (
                 f", and they are in {out}" if out else "")
@@ -193,6 +244,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
             "machine": machine.to_dict(),
             "notes": notes,
             "backend": backend,
+            **({} if mode == "sft" else {"train_mode": mode}),
             "usable_bytes": machine.usable_bytes,
             "swept": {name: list(values) for name, values in sweeps.items() if name in varying},
             "total": len(planned),
@@ -212,3 +264,59 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         ctx.exit(130)
     if any(row.status == lib.UNKNOWN for row in rows):
         ctx.exit(lib.EXIT_UNKNOWN)
+
+
+# --- --train-mode dpo, cpo, orpo, grpo: mlx-lm-lora's runs -----------------------------
+
+
+def given_flag(ctx, name: str) -> bool:
+    return ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
+
+
+def preference_sweeps(ctx, mode: str, given: dict, maximize, pref: dict) -> dict:
+    """The lists to sweep for an mlx-lm-lora run: the flags given (those left out take
+    mlx-lm-lora's defaults, not mlx-lm's), and --max-completion-length's list."""
+    if maximize:
+        raise BadInput(f"--max is for sft runs: with --train-mode {mode}, sweep a list (--batch-size 1,2,4) "
+                       "and read the largest that fits")
+    if given["method"] is not None:
+        raise BadInput(f"--method is mlx_lm.lora's: with --train-mode {mode} use --train-type (lora, dora, full) "
+                       "and --load-in-4bits")
+    if given_flag(ctx, "bits"):
+        raise BadInput("--bits is mlx_lm.lora's: mlx_lm_lora.train quantizes with --load-in-4bits, -6bits or -8bits")
+    sweeps = {name: given[name] for name in PREFERENCE_SWEPT if given_flag(ctx, name)}
+    completion = pref.pop("max_completion_length")
+    if completion is not None:
+        sweeps["max_completion_length"] = completion
+    return sweeps
+
+
+def preference_notes(runs, machine, measuring: bool) -> list[str]:
+    """What the rows rest on: the machine a measurement runs on, GRPO's assumed
+    prompt, and what mlx-lm-lora does with the flags (each said once)."""
+    from ..estimate.preference import DEFAULT_PROMPT
+    from ..render.bench import hypothetical_note
+
+    notes = [hypothetical_note(machine, by_slice=False)] if measuring and machine.hypothetical else []
+    first = runs[0]
+    if first.mode == "grpo" and first.prompt_length is None:
+        notes.append(f"GRPO's prompts are assumed to be {DEFAULT_PROMPT} tokens: give --prompt-length")
+    for run in runs:
+        notes += [n for n in run.notes if n not in notes]
+    return notes
+
+
+def plan_preference(pref_lib, model, runs, machine, reserve, backend: str, measuring: bool, force: bool):
+    """Each run's estimate and action; a run this machine cannot hold is refused by
+    mlxfit.answer_preference's rule, as probe --measure refuses it."""
+    from .. import answer_preference
+    from ..estimate import preference as est
+
+    reference = answer_preference.reference_model(runs[0])  # one --reference-model-path for every run
+
+    def refuse(run, estimate):
+        answer_preference.refuse_what_would_not_fit_here(
+            est, model, run, estimate, backend, machine, reserve, None, reference, run.prompt_length,
+            then="so it is skipped, even with --force")
+
+    return pref_lib.plan(model, runs, machine.usable_bytes, backend, measuring, force, reference, refuse)

@@ -13,19 +13,28 @@ FLAGS = ("train_mode", "beta", "reference_model_path", "max_completion_length", 
          "load_in_4bits", "load_in_6bits", "load_in_8bits", "prompt_length")
 
 
-def preference_options(fn):
-    """The flags of mlx_lm_lora.train that change memory, with its defaults."""
+def preference_options(fn=None, *, sweep: bool = False):
+    """The flags of mlx_lm_lora.train that change memory, with its defaults. `sweep`
+    (bench): --max-completion-length takes a comma list, and there is no --data."""
+    if fn is None:
+        return lambda f: preference_options(f, sweep=sweep)
     d = CONFIG_DEFAULTS
+    if sweep:
+        completion = click.option("--max-completion-length", metavar="N[,N...]", help=f"GRPO: longest completion in tokens; a comma list sweeps it [default: {d['max_completion_length']}].")
+        prompt = "GRPO: longest prompt in tokens [default: 256, said so]."
+    else:
+        completion = click.option("--max-completion-length", type=click.IntRange(min=1), help=f"GRPO: longest completion in tokens [default: {d['max_completion_length']}].")
+        prompt = "GRPO: longest prompt in tokens [default: from --data, else 256, said so]."
     options = [
         click.option("--train-mode", type=click.Choice(MODES), help="sft (mlx_lm.lora), or dpo, cpo, orpo, grpo as mlx_lm_lora.train runs them [default: sft]."),
         click.option("--beta", type=float, help=f"mlx-lm-lora's beta (GRPO: 0 skips the reference's forward pass) [default: {d['beta']}]."),
         click.option("--reference-model-path", metavar="MODEL", help="DPO, GRPO: the reference model [default: a second copy of --model]."),
-        click.option("--max-completion-length", type=click.IntRange(min=1), help=f"GRPO: longest completion in tokens [default: {d['max_completion_length']}]."),
+        completion,
         click.option("--efficient-long-context", is_flag=True, default=None, help="DPO, CPO, ORPO: score and differentiate in 512-token chunks."),
         click.option("--load-in-4bits", is_flag=True, default=None, help="mlx-lm-lora: quantize the policy base to 4 bits (group 128) after loading."),
         click.option("--load-in-6bits", is_flag=True, default=None, help="mlx-lm-lora: the same with 6 bits."),
         click.option("--load-in-8bits", is_flag=True, default=None, help="mlx-lm-lora: the same with 8 bits."),
-        click.option("--prompt-length", type=click.IntRange(min=1), help="GRPO: longest prompt in tokens [default: from --data, else 256, said so]."),
+        click.option("--prompt-length", type=click.IntRange(min=1), help=prompt),
     ]
     for option in reversed(options):
         fn = option(fn)

@@ -30,6 +30,29 @@ SETTING_COLUMNS = {
     "rank": ("rank", lambda t: str(t.rank)),
     "grad_checkpoint": ("checkpoint", lambda t: "on" if t.grad_checkpoint else "off"),
 }
+# The same for what an mlx-lm-lora run sweeps beyond its TrainingConfig (bench --train-mode grpo).
+RUN_COLUMNS = {"max_completion_length": ("completion", lambda run: str(run.max_completion_length))}
+COLUMN_ORDER = (*SETTING_COLUMNS, *RUN_COLUMNS)
+
+
+def settings_of(x):
+    """What a row or an event shows its settings from: a TrainingConfig, or an
+    mlx-lm-lora run (PreferenceRun: its training and its own knobs)."""
+    run = getattr(x, "run", None)
+    if run is not None:  # a PreferenceRow
+        return run
+    return getattr(x, "training", x) if isinstance(x, Row) else x
+
+
+def cell(name: str, settings) -> str:
+    """One setting in words, from a TrainingConfig or a PreferenceRun."""
+    if name in RUN_COLUMNS:
+        return RUN_COLUMNS[name][1](settings)
+    return SETTING_COLUMNS[name][1](getattr(settings, "training", settings))
+
+
+def is_preference(row) -> bool:
+    return getattr(row, "run", None) is not None
 
 
 UNITS_NOTE = "MB = 10^6 bytes, GB = 10^9 bytes."
@@ -45,8 +68,10 @@ def run_word(fits: bool | None) -> Text:
 
 
 def step_line(run: str, event: dict) -> str:
-    """One plain line per step, for a log: stderr is not a terminal, so no live bar shows."""
-    return f"  {run} · step {event['step']}: peak {format_size(event['peak_bytes'])} in {event['seconds']:.2f} s"
+    """One plain line per step, for a log: stderr is not a terminal, so no live bar shows.
+    An mlx-lm-lora step comes untimed (seconds None)."""
+    timed = "" if event["seconds"] is None else f" in {event['seconds']:.2f} s"
+    return f"  {run} · step {event['step']}: peak {format_size(event['peak_bytes'])}{timed}"
 
 
 def size(n_bytes: int | None) -> str:
@@ -62,13 +87,15 @@ def unit_for(sizes) -> tuple[str, int, int]:
 
 
 def label(training, varying: list[str]) -> str:
-    """The settings that change across the sweep, in words: `batch 4 · length 256`."""
-    shown = [name for name in SETTING_COLUMNS if name in varying] or ["batch_size", "max_seq_length"]
-    return " · ".join(f"{SETTING_COLUMNS[name][0]} {SETTING_COLUMNS[name][1](training)}" for name in shown)
+    """The settings that change across the sweep, in words: `batch 4 · length 256`.
+    `training`: a TrainingConfig or an mlx-lm-lora run."""
+    shown = [name for name in COLUMN_ORDER if name in varying] or ["batch_size", "max_seq_length"]
+    return " · ".join(f"{(SETTING_COLUMNS | RUN_COLUMNS)[name][0]} {cell(name, training)}" for name in shown)
 
 
-def short_label(training, varying: list[str]) -> str:
-    """The same, compactly for a plot's axis: `4×256 r16 gc`."""
+def short_label(settings, varying: list[str]) -> str:
+    """The same, compactly for a plot's axis: `4×256 r16 gc` (GRPO's completions: `c512`)."""
+    training = getattr(settings, "training", settings)
     parts = []
     if "method" in varying or "fine_tune_type" in varying:
         parts.append(training.method + ("/dora" if training.fine_tune_type == "dora" else ""))
@@ -80,6 +107,8 @@ def short_label(training, varying: list[str]) -> str:
         parts.append(f"r{training.rank}")
     if "grad_checkpoint" in varying:
         parts.append("gc" if training.grad_checkpoint else "no gc")
+    if "max_completion_length" in varying:
+        parts.append(f"c{settings.max_completion_length}")
     return " ".join(parts) or f"{training.batch_size}×{training.max_seq_length}"
 
 
@@ -100,9 +129,10 @@ def row_line(row: Row, name: str) -> Text:
     text = Text(f"  {name}: ")
     if row.status == MEASURED:
         word = verdict(row.measured_peak_bytes, row.usable_bytes)
+        process = "" if row.process_peak_bytes is None else f", process {size(row.process_peak_bytes)}"
         text.append(f"predicted {size(row.predicted_bytes)}, measured{by_slice(row.measured_by)} "
-                    f"{size(row.measured_peak_bytes)} ({row.error_pct:+.1f}%), "
-                    f"process {size(row.process_peak_bytes)}{rate_words(row.tokens_per_second)} ")
+                    f"{size(row.measured_peak_bytes)} ({row.error_pct:+.1f}%)"
+                    f"{process}{rate_words(row.tokens_per_second)} ")
         text.append(word, style=VERDICT_STYLE[word])
     elif row.status == FAILED:
         text.append("failed", style="bold red")
@@ -157,7 +187,7 @@ def sweep_progress(total: int, varying: list[str], quiet: bool = False):
                 progress.advance(task)
             elif kind == "row":
                 if event["row"].status != ESTIMATED:
-                        progress.console.print(row_line(event["row"], f"[{event['index']}/{event['total']}] {label(event['row'].training, varying)}"))
+                        progress.console.print(row_line(event["row"], f"[{event['index']}/{event['total']}] {label(settings_of(event['row']), varying)}"))
                 progress.advance(task)
 
         yield on_event
@@ -196,26 +226,55 @@ def search_progress(setting: str, quiet: bool = False):
         yield on_event
 
 
-def render_header(machine, model, training, varying: list[str], out=None, measuring: bool = False) -> None:
-    """The machine, the model, and the settings that stay the same in every run."""
+def render_header(machine, model, training, varying: list[str], out=None, measuring: bool = False, run=None,
+                  notes=None) -> None:
+    """The machine, the model, and the settings that stay the same in every run.
+    `run`: the first of an mlx-lm-lora sweep (its mode and knobs); `notes`: what to
+    say up front instead of the hypothetical machine's note."""
     fixed = [f"{SETTING_COLUMNS[name][0]} {SETTING_COLUMNS[name][1](training)}" for name in SETTING_COLUMNS if name not in varying]
+    if run is not None and run.mode == "grpo" and "max_completion_length" not in varying:
+        fixed.append(f"completion {run.max_completion_length}")
     fixed.append(f"optimizer {training.optimizer}")
     if training.quantize and "method" not in varying:
         fixed.append(f"{training.bits}-bit base, group size {training.group_size}")
     console.print(f"[bold]Machine[/]  {machine_line(machine)}")
     console.print(f"[bold]Model[/]    {model.id} · {model.model_type or 'unknown architecture'} · {format_count(model.params)} parameters")
+    if run is not None:
+        console.print(f"[bold]Mode[/]     {mode_words(run)}")
     console.print(f"[bold]Fixed[/]    {' · '.join(fixed)}")
     if out:
         console.print(f"[bold]Results[/]  {out}")
-    if measuring and machine.hypothetical:
+    if notes is not None:
+        for note in notes:
+            console.print(f"[bold yellow]Note[/]     {note}")
+    elif measuring and machine.hypothetical:
         console.print(f"[bold yellow]Note[/]     {hypothetical_note(machine)}")
     print_warnings(machine)
 
 
-def hypothetical_note(machine) -> str:
+def mode_words(run) -> str:
+    """An mlx-lm-lora run's mode and the knobs it adds: `grpo (mlx_lm_lora.train) · beta 0.1 · ...`."""
+    from ..estimate.preference import DEFAULT_PROMPT
+
+    words = [f"{run.mode} (mlx_lm_lora.train)", f"beta {run.beta:g}"]
+    if run.has_reference:
+        words.append(f"reference: {run.reference_model_path or 'a second copy of the model'}")
+    if run.mode == "grpo":
+        words.append(f"group size {run.group_size}")
+        words.append(f"prompt {run.prompt_length or DEFAULT_PROMPT}" + (" (assumed)" if run.prompt_length is None else ""))
+    elif run.efficient_long_context:
+        words.append("efficient long context")
+    return " · ".join(words)
+
+
+def hypothetical_note(machine, by_slice: bool = True) -> str:
+    """`by_slice` False: mlx-lm-lora's runs, which cannot be measured by slice."""
+    over = ("a run predicted over what this machine can hold is measured by slice" if by_slice else
+            "a run predicted over what this machine can hold is not measured (mlx-lm-lora's trainers cannot be "
+            "measured by slice)")
     return (f"the runs are measured on this machine, with its own backend and memory, and judged against the "
             f"hypothetical budget of {size(machine.usable_bytes)}: a measured peak is this machine's, not that one's; "
-            "a run predicted over what this machine can hold is measured by slice")
+            + over)
 
 
 def by_slice(measured_by: str | None) -> str:
@@ -244,46 +303,62 @@ def row_verdict(row: Row) -> Text:
         word = verdict(row.measured_peak_bytes, row.usable_bytes)
         return Text(word, style=VERDICT_STYLE[word])
     if row.status == ESTIMATED:  # an estimate's verdict respects its range (mlxfit/estimate/uncertainty.py)
-        kind = run_kind(row.training.fine_tune_type, row.training.grad_checkpoint)
-        word = range_verdict(*predicted_range(row.predicted_bytes, row.backend, kind=kind), row.usable_bytes)
+        if is_preference(row):  # its mode's range
+            low, high = row.predicted_range_bytes
+        else:
+            low, high = predicted_range(row.predicted_bytes, row.backend,
+                                        kind=run_kind(row.training.fine_tune_type, row.training.grad_checkpoint))
+        word = range_verdict(low, high, row.usable_bytes)
         return Text(f"{word} (estimate)", style=VERDICT_STYLE[word])
     return Text(row.status, style={FAILED: "bold red", SKIPPED: "yellow", UNKNOWN: UNKNOWN_STYLE}.get(row.status, ""))
 
 
 def render_sweep(rows: list[Row], varying: list[str], usable_bytes: int, interrupted: bool = False, total: int | None = None) -> None:
+    """The results table. Rows of mlx-lm-lora runs (bench --train-mode) show the
+    estimate's peak phase, and no process peak or speed (their child measures neither)."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    shown = [name for name in SETTING_COLUMNS if name in varying] or ["batch_size", "max_seq_length"]
+    shown = [name for name in COLUMN_ORDER if name in varying] or ["batch_size", "max_seq_length"]
     for name in shown:
-        table.add_column(SETTING_COLUMNS[name][0], justify="right", no_wrap=True)
+        table.add_column((SETTING_COLUMNS | RUN_COLUMNS)[name][0], justify="right", no_wrap=True)
     measured = any(r.status == MEASURED for r in rows)
+    preference = any(is_preference(r) for r in rows)
     unit = unit_for([n for r in rows for n in (r.predicted_bytes, r.measured_peak_bytes, r.process_peak_bytes)])
-    titles = [f"predicted\n{unit[0]}"] + ([f"measured\n{unit[0]}", "error", f"process\n{unit[0]}", "tok/s", "s/step"] if measured else [])
+    if preference:
+        titles = [f"predicted\n{unit[0]}", "peak phase"] + ([f"measured\n{unit[0]}", "error"] if measured else [])
+    else:
+        titles = [f"predicted\n{unit[0]}"] + ([f"measured\n{unit[0]}", "error", f"process\n{unit[0]}", "tok/s", "s/step"] if measured else [])
     for title in titles:
-        table.add_column(title, justify="right", no_wrap=True)
+        table.add_column(title, justify="right" if title != "peak phase" else "left", no_wrap=True)
     table.add_column("result", min_width=8)
     notes = []
     for row in rows:
-        cells = [SETTING_COLUMNS[name][1](row.training) for name in shown]
+        cells = [cell(name, settings_of(row)) for name in shown]
         cells.append(number(row.predicted_bytes, unit))
-        if measured and row.status == MEASURED:
+        if preference:
+            cells.append(row.peak_phase.split(":")[0])
+            if measured:
+                cells += ([number(row.measured_peak_bytes, unit), f"{row.error_pct:+.0f}%"] if row.status == MEASURED
+                          else ["", ""])
+        elif measured and row.status == MEASURED:
             cells += [number(row.measured_peak_bytes, unit), f"{row.error_pct:+.0f}%", number(row.process_peak_bytes, unit),
                       rate_cell(row.tokens_per_second, ".0f"), rate_cell(row.seconds_per_step, ".2f")]
         elif measured:
             cells += [""] * 5
         if row.reason:
-            notes.append(Text.assemble(f"  {label(row.training, varying)}: ", (row.status, "bold"), f": {row.reason}"))
+            notes.append(Text.assemble(f"  {label(settings_of(row), varying)}: ", (row.status, "bold"), f": {row.reason}"))
         table.add_row(*cells, row_verdict(row))
     console.print(table)
     for note in notes:
         console.print(note)
     if interrupted:
         console.print(f"[yellow]Interrupted[/] after {len(rows)} of {total}: what was measured is kept; run again with --resume for the rest.")
-    console.print(
-        f"[dim]Budget {size(usable_bytes)}."
-        + (" Measured: MLX's peak with the model load (what mlx-lm reports); error: predicted against it;"
-           " process: the resident high-water mark." if measured else "")
-        + f" {UNITS_NOTE}[/]"
-    )
+    if preference:
+        words = (" Measured: MLX's peak over a few steps of mlx-lm-lora's own trainer (what probe --measure reports);"
+                 " error: predicted against it." if measured else "")
+    else:
+        words = (" Measured: MLX's peak with the model load (what mlx-lm reports); error: predicted against it;"
+                 " process: the resident high-water mark." if measured else "")
+    console.print(f"[dim]Budget {size(usable_bytes)}." + words + f" {UNITS_NOTE}[/]")
 
 
 def render_max(result: MaxResult) -> None:
@@ -339,7 +414,7 @@ def plot_sweep(rows: list[Row], varying: list[str], usable_bytes: int, path, tit
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    labels = [short_label(r.training, varying) for r in rows]
+    labels = [short_label(settings_of(r), varying) for r in rows]
     x = list(range(len(rows)))
     unit_name, unit, _ = unit_for([n for r in rows for n in (r.predicted_bytes, r.measured_peak_bytes, r.process_peak_bytes)])
     predicted = [r.predicted_bytes / unit for r in rows]
@@ -355,7 +430,8 @@ def plot_sweep(rows: list[Row], varying: list[str], usable_bytes: int, path, tit
     nan = float("nan")  # a gap in a line where a run has no figure
     process = [r.process_peak_bytes / unit if r.process_peak_bytes else nan for r in rows]
     memory_ax.plot(x, predicted, "o--", color="tab:blue", label="predicted")
-    memory_ax.plot(x, [nan if v is None else v for v in measured], "s-", color="tab:orange", label="measured (MLX peak with load)")
+    what = "mlx-lm-lora trainer's peak" if any(is_preference(r) for r in rows) else "MLX peak with load"
+    memory_ax.plot(x, [nan if v is None else v for v in measured], "s-", color="tab:orange", label=f"measured ({what})")
     if any(r.process_peak_bytes for r in rows):
         memory_ax.plot(x, process, "^:", color="tab:gray", alpha=0.7, label="process peak")
     for i, r in enumerate(rows):

@@ -56,6 +56,8 @@ def config_key(model_id: str, training: TrainingConfig) -> tuple:
 class Row:
     """One combination's outcome. Bytes as integers; None where not measured."""
 
+    columns = COLUMNS  # of its CSV log (a class attribute, not a field)
+
     model: str
     training: TrainingConfig
     status: str  # measured | failed | skipped | estimated
@@ -98,7 +100,7 @@ class Row:
     def to_csv(self) -> dict:
         out = {}
         for name, value in self.to_dict().items():
-            if name not in COLUMNS:
+            if name not in self.columns:
                 continue
             if isinstance(value, bool):
                 value = "on" if value else "off"
@@ -153,8 +155,10 @@ class CsvLog:
     is ignored when the file is read back, and the next row starts on a new line.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, row=Row):
         self.path = Path(path)
+        self.row = row  # Row, or a kind with more columns (preference.PreferenceRow)
+        self.columns = row.columns
 
     def _header(self) -> list[str] | None:
         if not self.path.exists() or self.path.stat().st_size == 0:
@@ -164,9 +168,13 @@ class CsvLog:
 
     def check(self) -> None:
         header = self._header()
-        if header is not None and tuple(header) != COLUMNS:
+        if header is not None and tuple(header) != self.columns:
+            # A log of the other kind of sweep is named as such: SFT rows and
+            # mlx-lm-lora's are kept in files of their own.
+            kind = (": a bench --train-mode dpo/cpo/orpo/grpo log" if "train_mode" in header
+                    else ": a bench log of sft runs" if tuple(header) == COLUMNS else "")
             raise MlxfitError(
-                f"{self.path} was written with other columns ({len(header)} instead of {len(COLUMNS)}); "
+                f"{self.path} was written with other columns ({len(header)} instead of {len(self.columns)}{kind}); "
                 "give --out another file"
             )
 
@@ -178,7 +186,7 @@ class CsvLog:
         with self.path.open(newline="") as f:
             for record in csv.DictReader(f):
                 try:
-                    rows.append(Row.from_csv(record))
+                    rows.append(self.row.from_csv(record))
                 except (ValueError, KeyError, TypeError, AttributeError, MlxfitError):
                     continue  # a row cut off by a kill, or edited by hand
         return rows
@@ -195,7 +203,7 @@ class CsvLog:
         text = io.StringIO(newline="")
         if before and not before.endswith(b"\n"):
             text.write("\n")
-        writer = csv.DictWriter(text, fieldnames=COLUMNS)
+        writer = csv.DictWriter(text, fieldnames=self.columns)
         if not before:
             writer.writeheader()
         writer.writerow(row.to_csv())

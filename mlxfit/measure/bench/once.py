@@ -20,12 +20,19 @@ def measure_once(model: ModelInfo, training: TrainingConfig, steps: int, timeout
     timed out or cannot be measured here; a Ctrl-C that stopped the child is
     raised again as KeyboardInterrupt, not recorded as a failure. `by_slice`:
     measure a slice of the run and extrapolate (mlxfit/measure/slicing.py)."""
+    if by_slice:
+        return attempt(lambda: _measure_by_slice(model, training, steps, timeout, on_event))
+    return attempt(lambda: measuring.measure(measuring.request_for(model, training, max_steps=steps),
+                                             timeout=timeout, on_event=on_event))
+
+
+def attempt(measure):
+    """(what `measure()` returns, None), or (None, the MeasurementFailed) for a run
+    that died, timed out or was refused; a Ctrl-C that stopped the child is raised
+    again as KeyboardInterrupt. Shared by SFT runs and mlx-lm-lora's (preference.py)."""
     with measuring.InterruptWatch() as watch:
         try:
-            if by_slice:
-                return _measure_by_slice(model, training, steps, timeout, on_event), None
-            request = measuring.request_for(model, training, max_steps=steps)
-            return measuring.measure(request, timeout=timeout, on_event=on_event), None
+            return measure(), None
         except measuring.MeasurementFailed as e:
             if watch.seen:
                 raise KeyboardInterrupt from None
