@@ -234,6 +234,16 @@ _WEAK_KINDS_2026 = [
     ("mixtral-moe", "float32", "lora", 4, 256, -1, True),
 ]
 HELDOUT_2026 = 1000  # indices of the 2026 check, apart from the grid's
+# Drawn after the checkpoint refit that the 2026 check prompted, to check that refit blind:
+# deeper checkpointed models than any before it, and random draws with another seed.
+ARCHS["qwen3-32l"] = dict(ARCHS["qwen3-16k"], num_hidden_layers=32)
+ARCHS["llama-16l-4k"] = dict(ARCHS["llama-tied-8k"], num_hidden_layers=16, vocab_size=4096)
+_AFTER_REFIT = [
+    ("qwen3-32l", "float32", "lora", 2, 256, -1, True), ("qwen3-32l", "float32", "lora", 1, 1024, 16, True),
+    ("qwen3-32l", "float32", "full", 1, 128, -1, True), ("llama-16l-4k", "float32", "lora", 8, 256, -1, True),
+    ("llama-16l-4k", "float32", "qlora", 4, 128, -1, True), ("llama-24l", "float32", "dora", 2, 512, -1, True),
+    ("llama-24l", "bfloat16", "lora", 1, 128, -1, True), ("llama-16l-4k", "float32", "lora", 1, 2048, 8, True),
+]
 
 
 def heldout_2026() -> list[dict]:
@@ -242,6 +252,12 @@ def heldout_2026() -> list[dict]:
         specs.append({"index": HELDOUT_2026 + len(specs), "heldout_2026": True, "weak_kind": True, "arch": arch, "dtype": dtype,
                       "method": method, "batch_size": batch, "max_seq_length": length, "rank": 8, "num_layers": layers,
                       "grad_checkpoint": gc, "optimizer": "adam"})
+    for s in random_grid(8, seed=2027):
+        specs.append(dict(s, index=HELDOUT_2026 + len(specs), heldout_2026=True, after_refit=True))
+    for arch, dtype, method, batch, length, layers, gc in _AFTER_REFIT:
+        specs.append({"index": HELDOUT_2026 + len(specs), "heldout_2026": True, "after_refit": True, "arch": arch,
+                      "dtype": dtype, "method": method, "batch_size": batch, "max_seq_length": length, "rank": 8,
+                      "num_layers": layers, "grad_checkpoint": gc, "optimizer": "adam"})
     return specs
 
 
@@ -250,6 +266,8 @@ def subset(spec: dict) -> str:
     the random grid cycles through, so each is both fitted and tested), "fresh"
     or "after-fit" (the last two measured once the coefficients were fixed)."""
     if spec.get("heldout_2026"):
+        if spec.get("after_refit"):
+            return "after the refit"
         return "weak kinds 2026" if spec.get("weak_kind") else "drawn 2026"
     if spec.get("after_fit"):
         return "after-fit"
@@ -263,7 +281,7 @@ def subset(spec: dict) -> str:
 
 
 def spec_key(spec: dict) -> str:
-    body = {k: v for k, v in spec.items() if k not in ("index", "after_fit", "new_arch", "heldout_2026", "weak_kind")}
+    body = {k: v for k, v in spec.items() if k not in ("index", "after_fit", "new_arch", "heldout_2026", "weak_kind", "after_refit")}
     body["config"] = ARCHS[spec["arch"]]
     return hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -477,12 +495,14 @@ def heldout_report(measure_now: bool) -> None:
         r["inside"] = low <= r["measured_bytes"] / r["predicted_bytes"] <= high
     lines = ["# The 2026 held-out CPU check", "",
              "Produced by `python benchmarks/accuracy.py --heldout-2026`: 40 configurations chosen after the coefficients "
-             "were fixed (28 random draws, seed 2026; 12 of the weakest kinds), each measured with `--measure` "
+             "were fixed (28 random draws, seed 2026; 12 of the weakest kinds), and 16 drawn after the checkpoint refit they "
+             "prompted (8 random, seed 2027; 8 checkpointed at 16 to 32 blocks), each measured with `--measure` "
              "(`peak_with_load_bytes`, what mlx-lm's trainer reports). Error = (predicted - measured) / measured. "
              f"Range: the CPU range [{low}, {high}] x the estimate. Measured with OpenBLAS preloaded (memory does not depend on it).", "",
              "| set | n | median abs error | worst | worst underestimate | worst within 12% or 8 MB | no under below -8% or 8 MB | inside the range |",
              "|---|---|---|---|---|---|---|---|"]
-    for label, rows in [("all", table)] + [(n, [r for r in table if r["set"] == n]) for n in ("drawn 2026", "weak kinds 2026")]:
+    first = [r for r in table if r["set"] != "after the refit"]
+    for label, rows in [("the 40", first)] + [(n, [r for r in table if r["set"] == n]) for n in ("drawn 2026", "weak kinds 2026", "after the refit")]:
         if rows:
             s = summarize(rows, "error_pct")
             lines.append(f"| {label} | {s['n']} | {s['median_abs']}% | {s['worst_abs']}% | {s['worst_under']}% | "
