@@ -296,3 +296,17 @@ def test_a_plan_never_gives_a_flag_twice():
     out = json.loads(probe("--model", "Qwen/Qwen2.5-7B-Instruct", "--train-mode", "dpo", "--memory", "16GB", "--json"))
     options = [c["flags"].split()[0] for c in out["plans"]["combination"]]
     assert options and len(options) == len(set(options))
+
+
+def test_a_change_of_mode_is_judged_on_that_modes_range():
+    from mlxfit.estimate.uncertainty import preference_range
+    from mlxfit.model.resolve import resolve_model
+
+    model = resolve_model("Qwen/Qwen3-0.6B")
+    orpo = est.estimate_run(model, pref.resolve_run("orpo", {}, {}), "metal").peak_bytes
+    orpo_high, dpo_high = preference_range(orpo, "orpo", "metal")[1], preference_range(orpo, "dpo", "metal")[1]
+    assert orpo_high < dpo_high
+    usable = (orpo_high + dpo_high) // 2  # within ORPO's range's high end, not DPO's
+    plans = est.plan(model, pref.resolve_run("dpo", {}, {}), usable, "metal")
+    change = next(c for c in plans["singles"] if c.flags == "--train-mode orpo")
+    assert change.bytes == orpo and change.verdict == "fits"

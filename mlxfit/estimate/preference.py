@@ -289,8 +289,8 @@ def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length
     def need(r, ref):
         return estimate_run(model, r, backend, length, ref, prompt_length).peak_bytes
 
-    def judged(b):
-        return range_verdict(*preference_range(b, run.mode, backend), usable)
+    def judged(r, b):  # on the range of the changed run's own mode (--train-mode orpo is ORPO's)
+        return range_verdict(*preference_range(b, r.mode, backend), usable)
 
     def apply(r, ref, change):
         if change == "ref4":
@@ -303,9 +303,9 @@ def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length
         r, ref = apply(run, reference, change)
         b = need(r, ref)
         if b < base:
-            singles.append(Change(flags, cost, b, judged(b)))
+            singles.append(Change(flags, cost, b, judged(r, b)))
     combo = []
-    if judged(base) != "fits" and not any(c.fits for c in singles):
+    if judged(run, base) != "fits" and not any(c.fits for c in singles):
         r, ref, now = run, reference, base
         for _ in range(6):
             best = None
@@ -321,7 +321,7 @@ def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length
             now, r, ref = best[0], best[3], best[4]
             option = best[1].split()[0]  # a second value of a flag replaces the first
             combo = [c for c in combo if c.flags.split()[0] != option]
-            combo.append(Change(best[1], best[2], now, judged(now)))
+            combo.append(Change(best[1], best[2], now, judged(r, now)))
             if combo[-1].fits:  # the whole range within the budget
                 break
     return {"singles": singles, "combination": combo}
