@@ -27,14 +27,15 @@ class PreferenceAnswer:
         return self.machine.usable_bytes
 
     def to_dict(self) -> dict:
+        verdict = self.estimate.verdict(self.usable_bytes)
         out = {
             "machine": self.machine.to_dict(),
             "model": self.model.id,
             "run": self.run.to_dict(),
             "estimate": self.estimate.to_dict(),
             "usable_bytes": self.usable_bytes,
-            "verdict": self.estimate.verdict(self.usable_bytes),
-            "fits": self.estimate.verdict(self.usable_bytes) == "fits",
+            "verdict": verdict,
+            "fits": verdict == "fits",
             "plans": {k: [{**c.__dict__, "fits": c.fits} for c in v] for k, v in self.plans.items()},
         }
         if self.stats is not None:
