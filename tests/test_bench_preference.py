@@ -19,6 +19,7 @@ from mlxfit.measure.preference import PreferenceMeasurement
 from mlxfit.model import preference as pref
 from mlxfit.model.resolve import resolve_model
 from conftest import LINUX_CPU
+from test_bench import read_csv
 from tiny_configs import TINY
 
 needs_rl = pytest.mark.skipif(not pref.installed(), reason="mlx-lm-lora is not installed (pip install 'mlxfit[rl]')")
@@ -39,11 +40,6 @@ def bench(*args, exit_code=0):
 
 def bench_json(*args, exit_code=0):
     return json.loads(bench(*args, "--json", exit_code=exit_code).stdout)
-
-
-def read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 class FakeMeasure:

@@ -27,7 +27,7 @@ from ...model.resolve import ModelInfo
 from ...units import format_size
 from .log import _ON, COLUMNS, ESTIMATED, FAILED, MEASURED, SKIPPED, UNKNOWN, Row, config_key
 from .once import attempt
-from .sweep import eta_seconds, reusable
+from .sweep import walk
 
 # What the preference modes sweep, outermost first (no --method: mlx-lm-lora takes
 # --train-type and --load-in-4bits); the completion length is GRPO's alone.
@@ -213,41 +213,26 @@ def run_sweep(
     from ..preference import measure
 
     stored = stored or {}
-    todo = [(p, stored.get(preference_key(model.id, p.run))) for p in planned]
-    to_measure = sum(1 for p, old in todo if p.action == "measure" and not reusable(old, p.action))
-    walls: list[float] = []
 
     def step_event(event: dict) -> None:
         if event.get("event") == "step":
             event = {**event, "seconds": None}  # the child does not time steps one by one
         on_event(event)
 
-    for index, (p, old) in enumerate(todo, 1):
-        if reusable(old, p.action):
-            on_event({"event": "resumed", "index": index, "total": len(todo), "row": old})
-            yield old, False
-            continue
-        on_event({
-            "event": "combination", "index": index, "total": len(todo), "remaining": len(todo) - index,
-            "training": p.run, "predicted_bytes": p.predicted_bytes, "action": p.action,
-            "eta_seconds": eta_seconds(walls, to_measure),
-        })
+    def row_for(p: PlannedRun) -> PreferenceRow:
         common = dict(model=model.id, training=p.training, backend=backend, predicted_bytes=p.predicted_bytes,
                       usable_bytes=usable_bytes, run=p.run, peak_phase=p.estimate.peak.name)
         if p.action != "measure":
-            row = PreferenceRow(status=SKIPPED if p.action == "skip" else ESTIMATED, reason=p.reason, **common)
-        else:
-            tic = time.monotonic()
-            m, failure = attempt(lambda: measure(model, p.run, p.estimate.length, prompt_length=p.estimate.prompt_length,
-                                                 steps=min(steps, MOST_STEPS), timeout=timeout, on_event=step_event))
-            wall = time.monotonic() - tic
-            walls.append(wall)
-            to_measure -= 1
-            if m is None:
-                row = PreferenceRow(status=UNKNOWN if failure.unknown else FAILED, wall_seconds=round(wall, 2),
-                                    reason=str(failure), **common)
-            else:
-                row = measurement_row(model.id, p, usable_bytes, m, wall)
-        on_event({"event": "row", "index": index, "total": len(todo), "row": row})
-        yield row, True
+            return PreferenceRow(status=SKIPPED if p.action == "skip" else ESTIMATED, reason=p.reason, **common)
+        tic = time.monotonic()
+        m, failure = attempt(lambda: measure(model, p.run, p.estimate.length, prompt_length=p.estimate.prompt_length,
+                                             steps=min(steps, MOST_STEPS), timeout=timeout, on_event=step_event))
+        wall = time.monotonic() - tic
+        if m is None:
+            return PreferenceRow(status=UNKNOWN if failure.unknown else FAILED, wall_seconds=round(wall, 2),
+                                 reason=str(failure), **common)
+        return measurement_row(model.id, p, usable_bytes, m, wall)
+
+    todo = [(p, stored.get(preference_key(model.id, p.run))) for p in planned]
+    yield from walk(todo, row_for, on_event, training=lambda p: p.run)
 

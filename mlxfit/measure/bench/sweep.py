@@ -177,7 +177,40 @@ def run_sweep(
     measurement is stored for calibration, as `mlxfit probe --measure` does.
     """
     stored = stored or {}
-    todo = [(p, stored.get(config_key(model.id, p.training))) for p in planned]
+
+    def row_for(p: Planned) -> Row:
+        if p.action != "measure":
+            status = SKIPPED if p.action == "skip" else ESTIMATED
+            reason = (
+                f"predicted {format_size(p.predicted_bytes)} exceeds the {format_size(usable_bytes)} budget"
+                if status == SKIPPED else ""
+            )
+            return Row(model.id, p.training, status, backend, p.predicted_bytes, usable_bytes, reason=reason)
+        tic = time.monotonic()
+        by_slice = not force and local_usable_bytes is not None and p.predicted_bytes > local_usable_bytes
+        m, failure = measure_once(model, p.training, steps, timeout, on_event, by_slice)
+        wall = time.monotonic() - tic
+        if m is None:
+            status = UNKNOWN if failure.unknown else FAILED
+            return Row(model.id, p.training, status, backend, p.predicted_bytes, usable_bytes,
+                       wall_seconds=round(wall, 2), reason=str(failure))
+        row = measurement_row(model.id, p, usable_bytes, m, wall)
+        if record and model.architecture is not None:
+            from ...estimate.calibration import architecture_key
+            from ...estimate.calibration import record as store
+
+            store(model.id, p.training.to_dict(), m.backend, p.raw_predicted_bytes, m.to_dict(),
+                  architecture=architecture_key(model))
+        return row
+
+    yield from walk([(p, stored.get(config_key(model.id, p.training))) for p in planned], row_for, on_event)
+
+
+def walk(todo: list, row_for: Callable, on_event: Callable[[dict], None], training=lambda p: p.training) -> Iterator:
+    """The loop both sweeps share (this one and preference.py's): each (planned, stored
+    row or None) in order, a reusable stored row yielded as it is (fresh=False), else
+    `row_for(planned)`, with the progress events and the time left from the
+    measurements so far. `training(planned)`: what the combination event shows."""
     to_measure = sum(1 for p, old in todo if p.action == "measure" and not reusable(old, p.action))
     walls: list[float] = []
     for index, (p, old) in enumerate(todo, 1):
@@ -187,34 +220,13 @@ def run_sweep(
             continue
         on_event({
             "event": "combination", "index": index, "total": len(todo), "remaining": len(todo) - index,
-            "training": p.training, "predicted_bytes": p.predicted_bytes, "action": p.action,
+            "training": training(p), "predicted_bytes": p.predicted_bytes, "action": p.action,
             "eta_seconds": eta_seconds(walls, to_measure),
         })
-        if p.action != "measure":
-            status = SKIPPED if p.action == "skip" else ESTIMATED
-            reason = (
-                f"predicted {format_size(p.predicted_bytes)} exceeds the {format_size(usable_bytes)} budget"
-                if status == SKIPPED else ""
-            )
-            row = Row(model.id, p.training, status, backend, p.predicted_bytes, usable_bytes, reason=reason)
-        else:
-            tic = time.monotonic()
-            by_slice = not force and local_usable_bytes is not None and p.predicted_bytes > local_usable_bytes
-            m, failure = measure_once(model, p.training, steps, timeout, on_event, by_slice)
-            wall = time.monotonic() - tic
-            walls.append(wall)
+        tic = time.monotonic()
+        row = row_for(p)
+        if p.action == "measure":
+            walls.append(time.monotonic() - tic)
             to_measure -= 1
-            if m is None:
-                status = UNKNOWN if failure.unknown else FAILED
-                row = Row(model.id, p.training, status, backend, p.predicted_bytes, usable_bytes,
-                          wall_seconds=round(wall, 2), reason=str(failure))
-            else:
-                row = measurement_row(model.id, p, usable_bytes, m, wall)
-                if record and model.architecture is not None:
-                    from ...estimate.calibration import architecture_key
-                    from ...estimate.calibration import record as store
-
-                    store(model.id, p.training.to_dict(), m.backend, p.raw_predicted_bytes, m.to_dict(),
-                          architecture=architecture_key(model))
         on_event({"event": "row", "index": index, "total": len(todo), "row": row})
         yield row, True
