@@ -218,17 +218,22 @@ RANGES = Path(__file__).resolve().parents[1] / "mlxfit" / "data" / "preference_r
 TAIL = 0.0
 
 
-def run_sets() -> dict:
+def run_sets(kind: str = "counted") -> dict:
     """Three sets of runs, each (mode, measured / predicted) with today's estimate: the
-    grid against mlx_lm_lora.train, and the held-out runs of each model."""
+    grid against mlx_lm_lora.train, and the held-out runs of each model. `kind`:
+    "counted" (the logits buffers counted on miniatures, as recorded in the rows) or
+    "fitted" (the estimate without mlx-lm-lora)."""
     sets = {}
     for line in (RESULTS / "preference.jsonl").read_text().splitlines():
         r = rescore(json.loads(line))
-        sets.setdefault("grid (mlx_lm_lora.train)", []).append((r["mode"], r["real"] / r["estimate"]))
+        sets.setdefault("grid (mlx_lm_lora.train)", []).append((r["mode"], r["real"] / r[ESTIMATE[kind]]))
     for line in (RESULTS / "preference_heldout.jsonl").read_text().splitlines():
         r = rescore(json.loads(line))
-        sets.setdefault(f"held out, {r['config']} (--measure)", []).append((r["mode"], r["measured"] / r["estimate"]))
+        sets.setdefault(f"held out, {r['config']} (--measure)", []).append((r["mode"], r["measured"] / r[ESTIMATE[kind]]))
     return sets
+
+
+ESTIMATE = {"counted": "estimate", "fitted": "estimate_fitted"}
 
 
 def mode_ranges(ratios: list) -> dict:
@@ -242,35 +247,44 @@ def mode_ranges(ratios: list) -> dict:
 
 
 def ranges(write: bool) -> list[str]:
-    """Each mode's range from every run, and its promise tested: each set's peaks
-    against the ranges derived from the other sets alone (markdown lines)."""
-    sets = run_sets()
-    every = [x for rows in sets.values() for x in rows]
-    final = mode_ranges(every)
-    lines = ["| mode | runs | range (measured / predicted) | width |", "|---|---|---|---|"]
-    for mode, e in final.items():
-        lines.append(f"| {mode} | {e['runs']} | {e['low']:.3f}–{e['high']:.3f} | {(e['high'] - e['low']) * 100:.0f}% |")
-    loo = 0
-    for i, (mode, x) in enumerate(every):
-        rest = mode_ranges([y for j, y in enumerate(every) if j != i]).get(mode)
-        loo += bool(rest and rest["low"] <= x <= rest["high"])
-    hits = total = 0
-    lines += ["", f"Each run against the range of the other {len(every) - 1}: {loo}/{len(every)} = {loo / len(every):.0%} inside.",
-              "", "| set left out | runs | inside the range derived without it |", "|---|---|---|"]
-    for name, rows in sets.items():
-        others = mode_ranges([x for other, rs in sets.items() if other != name for x in rs])
-        inside = [m in others and others[m]["low"] <= x <= others[m]["high"] for m, x in rows]  # no range: outside
-        hits, total = hits + sum(inside), total + len(inside)
-        lines.append(f"| {name} | {len(rows)} | {sum(inside)}/{len(rows)} |")
-    lines.append(f"| all | {total} | {hits}/{total} = {hits / total:.0%} |")
+    """Each mode's range from every run, for both estimates, and its promise tested:
+    each set's peaks against the ranges derived from the other sets alone (markdown lines)."""
+    lines, final = [], {}
+    for kind, title in (("counted", "Logits buffers counted on miniatures (mlx-lm-lora installed)"),
+                        ("fitted", "The fitted count (without mlx-lm-lora)")):
+        sets = run_sets(kind)
+        every = [x for rows in sets.values() for x in rows]
+        final[kind] = mode_ranges(every)
+        if kind == "counted":
+            final[kind] = {m: e for m, e in final[kind].items() if m != "grpo"}  # GRPO has no miniature
+        lines += [f"{title}:", "", "| mode | runs | range (measured / predicted) | width |", "|---|---|---|---|"]
+        for mode, e in final[kind].items():
+            lines.append(f"| {mode} | {e['runs']} | {e['low']:.3f}–{e['high']:.3f} | {(e['high'] - e['low']) * 100:.0f}% |")
+        every = [(m, x) for m, x in every if m in final[kind]]
+        loo = 0
+        for i, (mode, x) in enumerate(every):
+            rest = mode_ranges([y for j, y in enumerate(every) if j != i]).get(mode)
+            loo += bool(rest and rest["low"] <= x <= rest["high"])
+        hits = total = 0
+        lines += ["", f"Each run against the range of the other {len(every) - 1}: {loo}/{len(every)} = {loo / len(every):.0%} inside.",
+                  "", "| set left out | runs | inside the range derived without it |", "|---|---|---|"]
+        for name, rows in sets.items():
+            rows = [(m, x) for m, x in rows if m in final[kind]]
+            others = mode_ranges([x for other, rs in sets.items() if other != name for x in rs if x[0] in final[kind]])
+            inside = [m in others and others[m]["low"] <= x <= others[m]["high"] for m, x in rows]  # no range: outside
+            hits, total = hits + sum(inside), total + len(inside)
+            lines.append(f"| {name} | {len(rows)} | {sum(inside)}/{len(rows)} |")
+        lines += [f"| all | {total} | {hits}/{total} = {hits / total:.0%} |", ""]
     if write:
         RANGES.write_text(json.dumps({
             "_comment": "Measured / predicted peak spread of DPO, CPO, ORPO and GRPO runs on the CPU: an estimate's range "
                         "is [low, high] times it. Written by benchmarks/preference.py --ranges --write; see "
                         "benchmarks/results/preference.md.",
-            "basis": f"the lowest and highest measured / predicted of each mode over {len(every)} CPU runs "
-                     "(mlx_lm_lora.train, and --measure on runs chosen after the estimate was fixed)",
-            "modes": final,
+            "basis": "the lowest and highest measured / predicted of each mode over the CPU runs (mlx_lm_lora.train, "
+                     "and --measure on runs chosen after the estimate was fixed); 'counted': with the logits buffers "
+                     "counted on miniatures (mlxfit/measure/miniature.py), 'modes': with the fitted count",
+            "modes": final["fitted"],
+            "counted": final["counted"],
         }, indent=2) + "\n")
     return lines
 
@@ -334,15 +348,18 @@ def mac() -> list[str]:
 def heldout_summary() -> str:
     rows = [rescore(json.loads(line)) for line in (RESULTS / "preference_heldout.jsonl").read_text().splitlines()]
 
-    def err(r):
-        return (r["estimate"] - r["measured"]) / r["measured"] * 100
+    def summary(key):
+        def err(r):
+            return (r[key] - r["measured"]) / r["measured"] * 100
 
-    parts = []
-    for mode in ("dpo", "cpo", "orpo"):
-        e = [err(r) for r in rows if r["mode"] == mode]
-        parts.append(f"{mode.upper()} {statistics.median(abs(x) for x in e):.1f}% (from {min(e):+.1f}% to {max(e):+.1f}%)")
-    return (f"The estimate on them: median |error| {statistics.median(abs(err(r)) for r in rows):.1f}%; " + ", ".join(parts)
-            + ". Checkpointed CPO reads highest: the estimate counts more float32 logits than the step holds.")
+        parts = []
+        for mode in ("dpo", "cpo", "orpo"):
+            e = [err(r) for r in rows if r["mode"] == mode]
+            parts.append(f"{mode.upper()} {statistics.median(abs(x) for x in e):.1f}% (from {min(e):+.1f}% to {max(e):+.1f}%)")
+        return f"median |error| {statistics.median(abs(err(r)) for r in rows):.1f}%; " + ", ".join(parts)
+
+    return (f"The estimate on them, logits buffers counted on miniatures: {summary('estimate')}. With the fitted "
+            f"count instead: {summary('estimate_fitted')}.")
 
 
 HELDOUT_TEXT = """## Held out, and each mode's range
@@ -394,7 +411,7 @@ completion; 0.9.10's rollout), so they say little about 5.10.2; they do say that
 peak has varied by version by more than the range here."""
 
 
-def estimate_for(name, mode, width, flags, folder: Path):
+def estimate_for(name, mode, width, flags, folder: Path, counted: float | None = None):
     from mlxfit.estimate.preference import estimate_run
     from mlxfit.model.preference import resolve_run
     from mlxfit.model.resolve import resolve_model
@@ -403,25 +420,58 @@ def estimate_for(name, mode, width, flags, folder: Path):
     run = resolve_run(mode, dict(flags), {})
     if mode == "grpo":
         return estimate_run(model, run, "cpu", prompt_length=width)
-    return estimate_run(model, run, "cpu", length=width)
+    return estimate_run(model, run, "cpu", length=width, counted=counted)
 
 
-def rescore(r: dict) -> dict:
+def rescore(r: dict, recount: bool = False) -> dict:
+    """Both estimates of a recorded run: with its logits buffers counted on miniatures
+    (recorded in the row as "logits_buffers"; `recount`: counted again) and with the
+    fitted count. GRPO has one estimate."""
+    import os
+
+    from mlxfit.measure.miniature import OFF
+
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps({**CONFIGS[r["config"]], **r.get("config_overrides", {})}))
-        e = estimate_for(r["config"], r["mode"], r["width"], r["flags"], Path(tmp))
-    return {**r, "estimate": e.peak_bytes, "phase": e.peak.name}
+        counted = None if recount else r.get("logits_buffers")
+        before = os.environ.get(OFF)
+        os.environ[OFF] = "1" if recount else "0"
+        try:
+            e = estimate_for(r["config"], r["mode"], r["width"], r["flags"], Path(tmp), counted)
+            os.environ[OFF] = "0"
+            fitted = estimate_for(r["config"], r["mode"], r["width"], r["flags"], Path(tmp))
+        finally:
+            os.environ.pop(OFF) if before is None else os.environ.__setitem__(OFF, before)
+    out = {**r, "estimate": e.peak_bytes, "estimate_fitted": fitted.peak_bytes, "phase": e.peak.name}
+    if e.logits_buffers is not None:
+        out["logits_buffers"] = e.logits_buffers
+    return out
 
 
 def row(r: dict) -> str:
     est = (r["estimate"] - r["real"]) / r["real"] * 100
+    fit = (r["estimate_fitted"] - r["real"]) / r["real"] * 100
     mea = (r["measured"] - r["real"]) / r["real"] * 100
     comp = ""
     if r["mode"] == "grpo":
         comp = f"{'/'.join(str(int(x)) for x in r['measured_completions'])} vs {'/'.join(str(int(x)) for x in r['real_completions'])}"
+    count = f"{r['logits_buffers']:.2f}" if r.get("logits_buffers") is not None else "–"
     return (f"| {r['config']} | {r['mode']}{'' if r['compiled'] else ' (uncompiled)'} | {r['width']} | "
-            f"{json.dumps(r['flags']).replace('|', '/')} | {r['real'] / 1e6:.1f} | {r['estimate'] / 1e6:.1f} | {est:+.1f}% | "
+            f"{json.dumps(r['flags']).replace('|', '/')} | {r['real'] / 1e6:.1f} | {count} | {r['estimate'] / 1e6:.1f} | "
+            f"{est:+.1f}% | {r['estimate_fitted'] / 1e6:.1f} | {fit:+.1f}% | "
             f"{r['measured'] / 1e6:.1f} | {mea:+.1f}% | {r['phase']} | {comp} |")
+
+
+def recount() -> None:
+    """Count every recorded run's logits buffers on miniatures again, into its row."""
+    for path in (RESULTS / "preference.jsonl", RESULTS / "preference_heldout.jsonl"):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        for r in rows:
+            n = rescore(r, recount=True).get("logits_buffers")
+            if n is not None:
+                r["logits_buffers"] = n
+            print(r["config"], r["mode"], r["width"], json.dumps(r["flags"]), n, flush=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def main() -> None:
@@ -432,8 +482,13 @@ def main() -> None:
     p.add_argument("--rescore", help="recompute the estimates of the rows recorded in this JSON-lines file, run nothing")
     p.add_argument("--ranges", action="store_true", help="each mode's range from the recorded runs, cross-validated; run nothing")
     p.add_argument("--write", action="store_true", help="with --ranges: write mlxfit/data/preference_ranges.json")
+    p.add_argument("--recount", action="store_true",
+                   help="count each recorded run's logits buffers on miniatures again (needs mlx-lm-lora), into the JSON-lines files")
     p.add_argument("--mac", action="store_true", help="the estimate on the public Mac runs of these modes; run nothing")
     args = p.parse_args()
+    if args.recount:
+        recount()
+        return
     if args.mac:
         print("\n".join(mac()))
         return
@@ -480,14 +535,20 @@ def write(results, lines, out) -> None:
             "compilation off. Width: the chosen/rejected width (DPO, CPO, ORPO) or the longest prompt (GRPO).",
             "GRPO completions: the longest completion per step, --measure (forced to the full length) vs the",
             "real run (a random model may stop early).", "",
-            "| config | mode | width | flags | mlx_lm_lora.train MB | estimate MB | error | --measure MB | error | peak phase | GRPO completions |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "Logits buffers: B x T x V float32-sized buffers per row the step holds at its loss, counted on",
+            "miniatures of the model (mlxfit/measure/miniature.py); the estimate uses them when mlx-lm-lora is",
+            "installed, the fitted count otherwise (both shown).", "",
+            "| config | mode | width | flags | mlx_lm_lora.train MB | logits buffers | estimate MB | error | "
+            "fitted-count estimate MB | error | --measure MB | error | peak phase | GRPO completions |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     tail = [""]
     if results:
         est = [abs(r["estimate"] - r["real"]) / r["real"] * 100 for r in results]
+        fit = [abs(r["estimate_fitted"] - r["real"]) / r["real"] * 100 for r in results]
         mea = [abs(r["measured"] - r["real"]) / r["real"] * 100 for r in results]
         tail.append(f"{len(results)} runs. Estimate |error| against mlx_lm_lora.train: median {statistics.median(est):.1f}%, "
-                    f"worst {max(est):.1f}%. --measure: median {statistics.median(mea):.1f}%, worst {max(mea):.1f}%.")
+                    f"worst {max(est):.1f}% (with the fitted count: median {statistics.median(fit):.1f}%, worst "
+                    f"{max(fit):.1f}%). --measure: median {statistics.median(mea):.1f}%, worst {max(mea):.1f}%.")
         for mode in ("dpo", "cpo", "orpo", "grpo"):
             e = [x for x, r in zip(est, results) if r["mode"] == mode]
             if e:

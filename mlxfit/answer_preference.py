@@ -56,6 +56,7 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
     from dataclasses import replace
 
     from .estimate import preference as est
+    from .measure.miniature import logits_buffers_many, uncounted
     from .model.preference import mode_from, read_data, read_yaml, resolve_run
     from .model.resolve import resolve_model
 
@@ -96,6 +97,10 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
     if mode == "grpo":
         run = replace(run, prompt_length=prompt_length)
     backend = backend or machine.backend
+    counted = est.shapes(model, run, length, prompt_length)
+    if uncounted(counted):  # a few seconds of miniatures, shown as a measurement
+        with progress.measurement() as on_event:
+            logits_buffers_many(counted, on_event)
     estimate = est.estimate_run(model, run, backend, length, reference, prompt_length)
     usable = machine.usable_bytes
     plans = est.plan(model, run, usable, backend, length, reference, prompt_length)

@@ -55,6 +55,9 @@ def isolated_user_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("MLXFIT_CACHE_DIR", str(tmp_path / "mlxfit-cache"))
     monkeypatch.delenv("MLXFIT_DEBUG", raising=False)
+    # The preference estimate's miniatures are child processes of a few seconds:
+    # off unless a test turns them on (tests/test_miniature.py).
+    monkeypatch.setenv("MLXFIT_MINIATURES", "0")
 
 
 @pytest.fixture

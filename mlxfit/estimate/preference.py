@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ..measure.miniature import logits_buffers, logits_buffers_many
 from ..model.preference import EFFICIENT_STEP, PreferenceRun
 from ..model.resolve import ModelInfo
 from .detailed import Breakdown, counted_totals, dtype_bytes
@@ -68,6 +69,7 @@ class PreferenceEstimate:
     length: int  # tokens per sequence in the policy step (GRPO: prompt + completion)
     prompt_length: int | None = None
     prompt_assumed: bool = False
+    logits_buffers: float | None = None  # counted on a miniature (mlxfit/measure/miniature.py); None: fitted
 
     @property
     def peak(self) -> Phase:
@@ -80,7 +82,7 @@ class PreferenceEstimate:
     @property
     def range_bytes(self) -> tuple[int, int]:
         """The peak's range on this mode's evidence (mlxfit/estimate/uncertainty.py)."""
-        return preference_range(self.peak_bytes, self.run.mode, self.backend)
+        return preference_range(self.peak_bytes, self.run.mode, self.backend, counted=self.logits_buffers is not None)
 
     def verdict(self, usable_bytes: int) -> str:
         return range_verdict(*self.range_bytes, usable_bytes)
@@ -95,6 +97,7 @@ class PreferenceEstimate:
             "length": self.length,
             "prompt_length": self.prompt_length,
             "prompt_assumed": self.prompt_assumed,
+            "logits_buffers_counted": self.logits_buffers,
             "phases": [{"name": p.name, "bytes": p.bytes, "breakdown": dict(p.parts)} for p in self.phases],
         }
 
@@ -129,9 +132,12 @@ def kv_cache_bytes(model: ModelInfo, sequences: int, tokens: int) -> int:
 
 
 def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", length: int | None = None,
-                 reference: ModelInfo | None = None, prompt_length: int | None = None) -> PreferenceEstimate:
+                 reference: ModelInfo | None = None, prompt_length: int | None = None,
+                 count_new: bool = True, counted: float | None = None) -> PreferenceEstimate:
     """`length`: the widest batch (DPO/CPO/ORPO: padded chosen/rejected width) from
-    --data, else max_seq_length. GRPO: `prompt_length` the longest prompt."""
+    --data, else max_seq_length. GRPO: `prompt_length` the longest prompt.
+    `count_new` False: no miniature is run, a count is used only if already known.
+    `counted`: the logits buffers as a miniature counted them before (benchmarks)."""
     t, s = run.training, dtype_bytes(model)
     V = model.architecture.vocab_size
     ref = reference_bytes(model, run, reference)
@@ -142,7 +148,13 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
     step_len = EFFICIENT_STEP if chunked else L
     B = t.batch_size
     T = max(step_len - 1, 1)
-    if run.mode == "orpo":
+    count = counted if counted is not None else logits_buffers(model, run, L, count_new)
+    if count is not None:
+        # Counted on a miniature of the model (mlxfit/measure/miniature.py): every
+        # B x T x V buffer the step holds at its loss, the reference's included.
+        sft = _sft(model, replace(t, batch_size=2 * B), backend, step_len, logits=lambda f: 0,
+                   kept_logits=int(count * B * T * V * 4))
+    elif run.mode == "orpo":
         # Measured (benchmarks/results/preference.md): ORPO's two cross-entropies run
         # their backward one sequence at a time: the SFT logits term at B, plus the
         # other sequence's logits, kept.
@@ -160,14 +172,14 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
         # dora.py __call__ builds each adapted weight per forward call: the chosen
         # and the rejected pass build their own (an SFT step of 2B builds one).
         step["dora temporaries"] *= 2
-    if ref:
+    if ref and count is None:
         # The reference's logits and their float32 copy, one sequence at a time (no gradient).
         step["reference scoring"] = B * T * V * (s + 4)
     if chunked:
         caches = kv_cache_bytes(model, 2 * B, L) * (2 if ref else 1)
         step["KV cache (chunks of 512)"] = caches
     name = f"policy step: chosen + rejected, {2 * B} x {step_len} tokens" + (f" (chunks of {L})" if chunked else "")
-    return PreferenceEstimate(run, backend, (Phase(name, {**resident, **step}),), L)
+    return PreferenceEstimate(run, backend, (Phase(name, {**resident, **step}),), L, logits_buffers=count)
 
 
 def _sft(model: ModelInfo, training, backend: str, length: int, logits=lambda f: f, kept_logits: int = 0,
@@ -281,31 +293,40 @@ def _variants(model: ModelInfo, run: PreferenceRun, length: int | None, prompt_l
     return out
 
 
+def shapes(model: ModelInfo, run: PreferenceRun, length: int | None, prompt_length: int | None) -> list:
+    """(model, run, length) of the run and of each single change: the miniatures
+    (mlxfit/measure/miniature.py) that estimate_run and plan use, to count in one process."""
+    L = min(length or run.training.max_seq_length, run.training.max_seq_length)
+    changed = [change for _, _, change in _variants(model, run, length, prompt_length) if change != "ref4"]
+    return [(model, r, L) for r in [run, *changed]]
+
+
 def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length: int | None = None,
          reference: ModelInfo | None = None, prompt_length: int | None = None) -> dict:
     """Single changes with their new peaks, and, when none fits alone, the fewest
     of them (chosen greedily, the largest saving first) that fit together."""
 
-    def need(r, ref):
-        return estimate_run(model, r, backend, length, ref, prompt_length).peak_bytes
+    def estimated(r, ref, count_new=True):
+        return estimate_run(model, r, backend, length, ref, prompt_length, count_new)
 
-    def judged(r, b):  # on the range of the changed run's own mode (--train-mode orpo is ORPO's)
-        return range_verdict(*preference_range(b, r.mode, backend), usable)
+    def judged(e):  # on the range of the changed run's own mode (--train-mode orpo is ORPO's)
+        return range_verdict(*e.range_bytes, usable)
 
     def apply(r, ref, change):
         if change == "ref4":
             return r, _quantized_reference(model)
         return change, ref
 
-    base = need(run, reference)
+    logits_buffers_many(shapes(model, run, length, prompt_length))
+    base_estimate = estimated(run, reference)
+    base = base_estimate.peak_bytes
     singles = []
     for flags, cost, change in _variants(model, run, length, prompt_length):
-        r, ref = apply(run, reference, change)
-        b = need(r, ref)
-        if b < base:
-            singles.append(Change(flags, cost, b, judged(r, b)))
+        e = estimated(*apply(run, reference, change))
+        if e.peak_bytes < base:
+            singles.append(Change(flags, cost, e.peak_bytes, judged(e)))
     combo = []
-    if judged(run, base) != "fits" and not any(c.fits for c in singles):
+    if judged(base_estimate) != "fits" and not any(c.fits for c in singles):
         r, ref, now = run, reference, base
         for _ in range(6):
             best = None
@@ -313,15 +334,15 @@ def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length
                 if any(flags == c.flags for c in combo) or flags.startswith("--train-mode"):
                     continue  # a plan keeps the user's objective
                 r2, ref2 = apply(r, ref, change)
-                b = need(r2, ref2)
-                if b < now and (best is None or b < best[0]):
-                    best = (b, flags, cost, r2, ref2)
+                e = estimated(r2, ref2, count_new=False)  # a shape no single change has: the fitted count
+                if e.peak_bytes < now and (best is None or e.peak_bytes < best[0]):
+                    best = (e.peak_bytes, flags, cost, r2, ref2, e)
             if best is None:
                 break
             now, r, ref = best[0], best[3], best[4]
             option = best[1].split()[0]  # a second value of a flag replaces the first
             combo = [c for c in combo if c.flags.split()[0] != option]
-            combo.append(Change(best[1], best[2], now, judged(r, now)))
+            combo.append(Change(best[1], best[2], now, judged(best[5])))
             if combo[-1].fits:  # the whole range within the budget
                 break
     return {"singles": singles, "combination": combo}

@@ -63,8 +63,11 @@ def preference_ranges() -> dict:
     return json.loads(data_text("preference_ranges.json"))
 
 
-def preference_range(n_bytes: int, mode: str, backend: str) -> tuple[int, int]:
-    entry = preference_ranges()["modes"][mode]
+def preference_range(n_bytes: int, mode: str, backend: str, counted: bool = False) -> tuple[int, int]:
+    """`counted`: the estimate's logits buffers were counted on a miniature
+    (mlxfit/measure/miniature.py), which has its own, narrower range."""
+    ranges = preference_ranges()
+    entry = ranges["counted"][mode] if counted and mode in ranges.get("counted", {}) else ranges["modes"][mode]
     low, high = entry["low"], entry["high"]
     if backend != "cpu":
         backend_low, backend_high = range_factors(backend)

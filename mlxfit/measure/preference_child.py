@@ -70,7 +70,7 @@ def seed_as_train_model() -> None:
     mx.random.seed(CONFIG_DEFAULTS["seed"])  # train_model()
 
 
-def build_models(request: dict, training):
+def build_models(request: dict, training, emit_event=emit):
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
@@ -83,7 +83,7 @@ def build_models(request: dict, training):
         materialize(model)
         model.unfreeze()
     else:
-        model = build(request["config"], folder, training, on_stage=lambda s: emit("stage", stage=s))
+        model = build(request["config"], folder, training, on_stage=lambda s: emit_event("stage", stage=s))
     reference = None
     if request["reference"]:
         reference = random_model(request["config"])
@@ -109,96 +109,123 @@ def synthesized(request: dict, run: dict, batch_size: int):
     ]
 
 
-def run(request: dict) -> None:
+def measure_steps(request: dict, emit_event=emit) -> dict:
+    """A few steps of the request's mode with mlx-lm-lora's trainer; what was measured."""
     from ..model.training import TrainingConfig
 
     training = TrainingConfig(**request["training"])
     run_ = request["run"]
     mode = run_["mode"]
+    emit_event("stage", stage="importing mlx-lm-lora")
+    import mlx.core as mx
+    import mlx.optimizers as optim
+    from mlx_lm.tuner.callbacks import TrainingCallback
+
+    supply_working_set_size()
+    if mode == "cpo":
+        mx.disable_compile()
+    mx.reset_peak_memory()
+    held = mx.get_active_memory()
+    tic = time.perf_counter()
+    model, reference = build_models(request, training, emit_event)
+    load_peak = mx.get_peak_memory() - held
+    emit_event("built", peak_bytes=load_peak, seconds=time.perf_counter() - tic)
+    dataset = synthesized(request, run_, training.batch_size)
+    seed_as_train_model()
+    opt = {"adam": optim.Adam, "adamw": optim.AdamW, "muon": optim.Muon}[training.optimizer](learning_rate=1e-5)
+    peaks, reports = [], []
+
+    class Callback(TrainingCallback):
+        def on_train_loss_report(self, info):
+            peak = mx.get_peak_memory() - held
+            peaks.append(peak)
+            reports.append({k: v for k, v in info.items() if "generated_tokens" in k or k == "peak_memory"})
+            emit_event("step", step=info.get("iteration", len(peaks)), peak_bytes=peak, seconds=0.0, tokens=0)
+            mx.reset_peak_memory()
+
+        def on_val_loss_report(self, info):
+            pass
+
+    steps = request["steps"]
+    # The trainer saves its adapters at the end: into the parent's temporary
+    # folder (this process's working directory), removed however the parent ends.
+    workdir = tempfile.mkdtemp(prefix="mlxfit-rl-", dir=os.getcwd())
+    common = dict(
+        batch_size=training.batch_size, iters=steps, val_batches=0, steps_per_report=1,
+        steps_per_eval=10 ** 9, steps_per_save=10 ** 9, adapter_file=os.path.join(workdir, "adapters.safetensors"),
+        max_seq_length=training.max_seq_length, grad_checkpoint=training.grad_checkpoint,
+        gradient_accumulation_steps=training.grad_accumulation_steps,
+    )
+    seq_step = 512 if run_["efficient_long_context"] else None
+    mx.reset_peak_memory()
+    emit_event("stage", stage=f"{mode} steps")
+    tic = time.perf_counter()
+    if mode == "dpo":
+        from mlx_lm_lora.trainer.dpo_trainer import DPOTrainingArgs, train_dpo
+
+        train_dpo(model=model, ref_model=reference, optimizer=opt, train_dataset=dataset, val_dataset=None,
+                  args=DPOTrainingArgs(**common, beta=run_["beta"], seq_step_size=seq_step), training_callback=Callback())
+    elif mode == "cpo":
+        from mlx_lm_lora.trainer.cpo_trainer import CPOTrainingArgs, train_cpo
+
+        train_cpo(model=model, optimizer=opt, train_dataset=dataset, val_dataset=None,
+                  args=CPOTrainingArgs(**common, beta=run_["beta"], seq_step_size=seq_step), training_callback=Callback())
+    elif mode == "orpo":
+        from mlx_lm_lora.trainer.orpo_trainer import ORPOTrainingArgs, train_orpo
+
+        train_orpo(model=model, optimizer=opt, train_dataset=dataset, val_dataset=None,
+                   args=ORPOTrainingArgs(**common, beta=run_["beta"], seq_step_size=seq_step), training_callback=Callback())
+    elif mode == "grpo":
+        from mlx_lm_lora.trainer.grpo_trainer import GRPOTrainingArgs, train_grpo
+
+        train_grpo(model=model, ref_model=reference, tokenizer=StandInTokenizer(), optimizer=opt,
+                   train_dataset=dataset, val_dataset=None,
+                   args=GRPOTrainingArgs(**common, beta=run_["beta"], group_size=run_["group_size"],
+                                         max_completion_length=run_["max_completion_length"]),
+                   training_callback=Callback())
+    else:
+        raise ValueError(f"unknown mode {mode}")
+    seconds = time.perf_counter() - tic
+    lengths = [r.get("train_max_generated_tokens") for r in reports if "train_max_generated_tokens" in r]
+    return {
+        "peak_bytes": max(peaks) if peaks else mx.get_peak_memory() - held,
+        "step_peaks_bytes": peaks,
+        "load_peak_bytes": load_peak,
+        "steps": len(peaks),
+        "seconds": seconds,
+        "compiled": mode != "cpo",
+        "completion_lengths": [float(x) for x in lengths],
+        "trainer_peaks_gb": [r.get("peak_memory") for r in reports],
+    }
+
+
+def run(request: dict) -> None:
     try:
-        emit("stage", stage="importing mlx-lm-lora")
-        import mlx.core as mx
-        import mlx.optimizers as optim
-        from mlx_lm.tuner.callbacks import TrainingCallback
-
-        supply_working_set_size()
-        if mode == "cpo":
-            mx.disable_compile()
-        mx.reset_peak_memory()
-        held = mx.get_active_memory()
-        tic = time.perf_counter()
-        model, reference = build_models(request, training)
-        load_peak = mx.get_peak_memory() - held
-        emit("built", peak_bytes=load_peak, seconds=time.perf_counter() - tic)
-        dataset = synthesized(request, run_, training.batch_size)
-        seed_as_train_model()
-        opt = {"adam": optim.Adam, "adamw": optim.AdamW, "muon": optim.Muon}[training.optimizer](learning_rate=1e-5)
-        peaks, reports = [], []
-
-        class Callback(TrainingCallback):
-            def on_train_loss_report(self, info):
-                peak = mx.get_peak_memory() - held
-                peaks.append(peak)
-                reports.append({k: v for k, v in info.items() if "generated_tokens" in k or k == "peak_memory"})
-                emit("step", step=info.get("iteration", len(peaks)), peak_bytes=peak, seconds=0.0, tokens=0)
-                mx.reset_peak_memory()
-
-            def on_val_loss_report(self, info):
-                pass
-
-        steps = request["steps"]
-        # The trainer saves its adapters at the end: into the parent's temporary
-        # folder (this process's working directory), removed however the parent ends.
-        workdir = tempfile.mkdtemp(prefix="mlxfit-rl-", dir=os.getcwd())
-        common = dict(
-            batch_size=training.batch_size, iters=steps, val_batches=0, steps_per_report=1,
-            steps_per_eval=10 ** 9, steps_per_save=10 ** 9, adapter_file=os.path.join(workdir, "adapters.safetensors"),
-            max_seq_length=training.max_seq_length, grad_checkpoint=training.grad_checkpoint,
-            gradient_accumulation_steps=training.grad_accumulation_steps,
-        )
-        seq_step = 512 if run_["efficient_long_context"] else None
-        mx.reset_peak_memory()
-        emit("stage", stage=f"{mode} steps")
-        tic = time.perf_counter()
-        if mode == "dpo":
-            from mlx_lm_lora.trainer.dpo_trainer import DPOTrainingArgs, train_dpo
-
-            train_dpo(model=model, ref_model=reference, optimizer=opt, train_dataset=dataset, val_dataset=None,
-                      args=DPOTrainingArgs(**common, beta=run_["beta"], seq_step_size=seq_step), training_callback=Callback())
-        elif mode == "cpo":
-            from mlx_lm_lora.trainer.cpo_trainer import CPOTrainingArgs, train_cpo
-
-            train_cpo(model=model, optimizer=opt, train_dataset=dataset, val_dataset=None,
-                      args=CPOTrainingArgs(**common, beta=run_["beta"], seq_step_size=seq_step), training_callback=Callback())
-        elif mode == "orpo":
-            from mlx_lm_lora.trainer.orpo_trainer import ORPOTrainingArgs, train_orpo
-
-            train_orpo(model=model, optimizer=opt, train_dataset=dataset, val_dataset=None,
-                       args=ORPOTrainingArgs(**common, beta=run_["beta"], seq_step_size=seq_step), training_callback=Callback())
-        elif mode == "grpo":
-            from mlx_lm_lora.trainer.grpo_trainer import GRPOTrainingArgs, train_grpo
-
-            train_grpo(model=model, ref_model=reference, tokenizer=StandInTokenizer(), optimizer=opt,
-                       train_dataset=dataset, val_dataset=None,
-                       args=GRPOTrainingArgs(**common, beta=run_["beta"], group_size=run_["group_size"],
-                                             max_completion_length=run_["max_completion_length"]),
-                       training_callback=Callback())
+        if "miniatures" in request:
+            emit("done", measured=measure_miniatures(request["miniatures"]))
         else:
-            raise ValueError(f"unknown mode {mode}")
-        seconds = time.perf_counter() - tic
-        lengths = [r.get("train_max_generated_tokens") for r in reports if "train_max_generated_tokens" in r]
-        emit("done", measured={
-            "peak_bytes": max(peaks) if peaks else mx.get_peak_memory() - held,
-            "step_peaks_bytes": peaks,
-            "load_peak_bytes": load_peak,
-            "steps": len(peaks),
-            "seconds": seconds,
-            "compiled": mode != "cpo",
-            "completion_lengths": [float(x) for x in lengths],
-            "trainer_peaks_gb": [r.get("peak_memory") for r in reports],
-        })
+            emit("done", measured=measure_steps(request))
     except Exception as e:  # noqa: BLE001 - every failure becomes a report
         emit("error", kind="crash", message=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=8))
+
+
+def measure_miniatures(requests: list) -> list:
+    """Each request's peak in turn, in this one process (mlxfit/measure/miniature.py):
+    the models of one are freed before the next is built."""
+    import gc
+
+    import mlx.core as mx
+
+    peaks = []
+    for i, request in enumerate(requests):
+        emit("stage", stage=f"counting logits buffers on miniatures of the model ({i + 1} of {len(requests)})")
+        if request["run"]["mode"] != "cpo":
+            mx.enable_compile()  # a CPO miniature before this one disabled it
+        peaks.append(measure_steps(request, emit_event=lambda *a, **k: None)["peak_bytes"])
+        emit("miniature", index=i, peak_bytes=peaks[-1])
+        gc.collect()
+        mx.clear_cache()
+    return peaks
 
 
 def main() -> None:

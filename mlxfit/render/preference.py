@@ -6,6 +6,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from ..model.preference import EXTRA, PREFERENCE_MODES
 from ..units import format_gb, format_size
 from .text import console, print_fields, print_hanging
 
@@ -32,6 +33,20 @@ def run_words(run, estimate) -> list[str]:
     return words
 
 
+def logits_words(estimate) -> str:
+    """Where the logits term comes from: counted on a miniature, or the fitted count."""
+    if estimate.logits_buffers is not None:
+        return (f"Logits: {estimate.logits_buffers:.1f} float32 buffers of batch x length x vocabulary held at the loss, "
+                "counted by running this mode's step on a miniature of the model (same depth and layers, tiny widths).")
+    from rich.markup import escape
+
+    from ..model.preference import installed
+
+    how = ("no miniature was run (MLXFIT_MINIATURES=0)" if installed() else
+           f"with mlx-lm-lora installed ({EXTRA}) they are counted on a miniature of the model, with a narrower range")
+    return escape(f"Logits: the fitted count (the buffers held depend on MLX's evaluation order; {how}).")
+
+
 def render(model, run, estimate, usable, plans, stats=None, measured=None, notes=()) -> None:
     print_fields("Model", [model.id, f"{model.params:,} parameters", model.dtype])
     print_fields("Run", run_words(run, estimate))
@@ -54,9 +69,12 @@ def render(model, run, estimate, usable, plans, stats=None, measured=None, notes
         table.add_row(Text(p.name + (" ◀ peak" if p is peak else ""), style="bold" if p is peak else ""),
                       format_size(p.bytes), Text(parts, style="dim"))
     console.print(table)
+    if estimate.run.mode in PREFERENCE_MODES:
+        print_hanging(f"[dim]{logits_words(estimate)}[/]")
     v = estimate.verdict(usable)
     low, high = estimate.range_bytes
     spread = (f"the spread of {run.mode.upper()} runs against mlx-lm-lora's trainer on the CPU"
+              + (", logits counted" if estimate.logits_buffers is not None else "")
               + ("" if estimate.backend == "cpu" else
                  f", widened by the {estimate.backend} SFT spread: no public {estimate.backend} run of this mode was found"))
     print_hanging(f"[bold]Verdict[/]  [{VERDICT_STYLE[v]}]{v}[/]: the peak is the {peak.name.split(':')[0]}, "

@@ -66,6 +66,7 @@ class PreferenceRow(Row):
 
     run: PreferenceRun | None = None
     peak_phase: str = ""
+    counted: bool = False  # the estimate's logits buffers counted on a miniature (not a CSV column)
 
     @property
     def key(self) -> tuple:
@@ -74,7 +75,7 @@ class PreferenceRow(Row):
     @property
     def predicted_range_bytes(self) -> tuple[int, int]:
         """The estimate's range on its mode's evidence (what its verdict is judged on)."""
-        return preference_range(self.predicted_bytes, self.run.mode, self.backend)
+        return preference_range(self.predicted_bytes, self.run.mode, self.backend, counted=self.counted)
 
     def to_dict(self) -> dict:
         data = super().to_dict()
@@ -160,6 +161,9 @@ def plan(
     that `refuse` rejects (it raises MlxfitError: this machine cannot hold it, so it
     could only be measured by slice, which these trainers cannot be) is skipped even
     with `force`, with the refusal as its reason."""
+    from ..miniature import logits_buffers_many
+
+    logits_buffers_many([(model, run, run.training.max_seq_length) for run in runs])  # in one process
     planned = []
     for run in runs:
         e = estimate_run(model, run, backend, None, reference, run.prompt_length)
@@ -194,6 +198,7 @@ def measurement_row(model_id: str, p: PlannedRun, usable: int, m, wall: float) -
         reason="" if m.compiled else "measured with compilation off (CPO's compiled step fails on this MLX)",
         run=p.run,
         peak_phase=p.estimate.peak.name,
+        counted=p.estimate.logits_buffers is not None,
     )
 
 
@@ -221,7 +226,8 @@ def run_sweep(
 
     def row_for(p: PlannedRun) -> PreferenceRow:
         common = dict(model=model.id, training=p.training, backend=backend, predicted_bytes=p.predicted_bytes,
-                      usable_bytes=usable_bytes, run=p.run, peak_phase=p.estimate.peak.name)
+                      usable_bytes=usable_bytes, run=p.run, peak_phase=p.estimate.peak.name,
+                      counted=p.estimate.logits_buffers is not None)
         if p.action != "measure":
             return PreferenceRow(status=SKIPPED if p.action == "skip" else ESTIMATED, reason=p.reason, **common)
         tic = time.monotonic()

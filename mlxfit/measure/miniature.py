@@ -1,0 +1,205 @@
+"""How many logits-sized buffers a DPO, CPO or ORPO step holds, counted by running
+mlx-lm-lora's own step on a miniature of the model.
+
+A chosen/rejected step holds some number of B x T x V buffers at its loss (the
+policy's logits, their float32 casts, the reference's, their gradients). How many
+depends on the order MLX evaluates the step's graph in: mlx/transforms.cpp
+eval_impl builds the tape breadth-first, at most MLX_BFS_MAX_WIDTH (20) arrays
+wide, so how far the chosen, rejected and reference passes interleave follows the
+graph's shape. Measured on llama for DPO, the count goes 14, 16, 11, 16, 10, 16, 14,
+16, 11, 14 at 2, 3, 4, 6, 8, 10, 12, 16, 24, 32 blocks: no formula of depth.
+
+The order depends on the graph, not on its sizes. A miniature keeps what shapes
+the graph (the model type, its depth, the adapted layers, the mode, checkpointing,
+compilation, chunking) and shrinks every width; its peak at two vocabulary sizes,
+less the weights that grow with the vocabulary, gives the count. The counts are
+remembered per graph shape (mlxfit's cache folder) and with the MLX version.
+
+Without mlx-lm-lora (the rl extra), or for a model whose miniature mlx-lm cannot
+build, there is no count: the estimate keeps its fitted one and a wider range.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import replace
+
+from ..cache import cache_dir
+from ..errors import MlxfitError
+
+# What a miniature's widths become (keys absent from a config are left absent).
+WIDTHS = {
+    "hidden_size": 64, "intermediate_size": 128, "head_dim": 16, "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64, "num_attention_heads": 4,
+}
+VOCABS = (8192, 16384)  # large against the widths, so that the loss is the peak's moment
+LENGTH = 48  # tokens per sequence (one more than the positions scored)
+SECONDS_EACH = 20  # a miniature takes 1-3 s here (2 CPU cores): its child is stopped well before this
+OFF = "MLXFIT_MINIATURES"  # "0": no miniatures, the fitted count (the tests' default)
+_remembered: dict = {}
+
+
+def miniature_config(config: dict, vocab: int) -> dict:
+    """The config with every width shrunk and the vocabulary set; the depth and the
+    layer pattern kept. Nested text configs (multimodal checkpoints) likewise."""
+    out = {k: v for k, v in config.items() if k != "quantization" and k != "quantization_config"}
+    for key, width in WIDTHS.items():
+        if key in out and isinstance(out[key], int):
+            out[key] = width
+        elif key in out and isinstance(out[key], list):
+            out[key] = [width] * len(out[key])
+    if isinstance(out.get("num_key_value_heads"), int):
+        kv, heads = config["num_key_value_heads"], config.get("num_attention_heads", 1)
+        out["num_key_value_heads"] = WIDTHS["num_attention_heads"] if kv == heads else (1 if kv == 1 else 2)
+    if "vocab_size" in out:
+        out["vocab_size"] = vocab
+    if isinstance(out.get("text_config"), dict):
+        out["text_config"] = miniature_config(out["text_config"], vocab)
+    return out
+
+
+def miniature_run(run):
+    """The run as its miniature trains it: batch 1, the base unquantized (neither
+    changes the graph's shape), LENGTH tokens."""
+    t = run.training
+    return replace(run, training=replace(t, batch_size=1, quantize=False, grad_accumulation_steps=1))
+
+
+def shape_key(model, run, length: int) -> str:
+    import mlx.core as mx
+
+    t = run.training
+    shape = {
+        "config": miniature_config(model.config, 0),
+        "mode": run.mode, "reference": run.has_reference, "fine_tune_type": t.fine_tune_type,
+        "layers": t.layers_trained(model.architecture.num_layers), "keys": sorted(t.lora_keys or []),
+        "grad_checkpoint": t.grad_checkpoint, "device": str(mx.default_device()),
+        "mlx": mx.__version__,
+    }
+    return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def enabled() -> bool:
+    from ..model.preference import installed
+
+    return os.environ.get(OFF, "1") != "0" and installed()
+
+
+def _store():
+    return cache_dir() / "miniature_counts.json"
+
+
+def _load() -> dict:
+    try:
+        return json.loads(_store().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save(counts: dict) -> None:
+    try:
+        _store().parent.mkdir(parents=True, exist_ok=True)
+        _store().write_text(json.dumps({**_load(), **counts}, indent=1, sort_keys=True))
+    except OSError:
+        pass  # a count not remembered is counted again next time
+
+
+def logits_buffers(model, run, length: int, count_new: bool = True) -> float | None:
+    """B x T x V float32-sized buffers per row the step holds at its loss, or None.
+    `count_new` False: only a count already known (None for a shape not yet counted)."""
+    return logits_buffers_many([(model, run, length)], count_new=count_new)[0]
+
+
+def _keys(items: list) -> list:
+    """Each item's shape key; None where no miniature is run: GRPO (its own terms),
+    a model with no config, and chunked runs (--efficient-long-context over 512
+    tokens), whose miniature would need the full length."""
+    from ..model.preference import EFFICIENT_STEP
+
+    keys = []
+    for model, run, length in items:
+        chunked = run.efficient_long_context and length > EFFICIENT_STEP
+        ok = model.config is not None and run.mode in ("dpo", "cpo", "orpo") and not chunked
+        keys.append(shape_key(model, run, length) if ok else None)
+    return keys
+
+
+def uncounted(items: list) -> bool:
+    """Whether logits_buffers_many would run miniatures for these (model, run, length)."""
+    if not enabled():
+        return False
+    known = {**_load(), **_remembered}
+    return any(k and k not in known for k in _keys(items))
+
+
+def logits_buffers_many(items: list, on_event=lambda e: None, count_new: bool = True) -> list:
+    """Counts for several (model, run, length), the ones not yet known measured in one
+    child process."""
+    if not enabled():
+        return [None] * len(items)
+    keys = _keys(items)
+    known = {**_load(), **_remembered}
+    todo = {}
+    for key, (model, run, length) in zip(keys, items):
+        if key and key not in known and key not in todo:
+            todo[key] = (model, run, length)
+    if todo and count_new:
+        counted = _count(todo, on_event)
+        _remembered.update(counted)
+        _save({k: v for k, v in counted.items() if v is not None})
+        known.update(counted)
+    return [known.get(k) if k else None for k in keys]
+
+
+def _count(todo: dict, on_event) -> dict:
+    from ..estimate.preference import reference_bytes
+    from ..estimate.detailed import counted_totals
+    from ..model.resolve import _from_config
+    from .parent import MeasurementFailed, run_child
+    from .preference import request_for
+
+    requests, plans = [], []
+    for key, (model, run, length) in todo.items():
+        small = miniature_run(run)
+        n = LENGTH
+        small = replace(small, training=replace(small.training, max_seq_length=max(n, small.training.max_seq_length)))
+        try:
+            minis = [_from_config(f"{model.id} (miniature)", "local", miniature_config(model.config, v)) for v in VOCABS]
+        except MlxfitError:
+            minis = []
+        if len(minis) < 2 or any(m.architecture is None for m in minis):
+            plans.append((key, n, None))
+            continue
+        sized = []
+        for mini in minis:
+            requests.append(request_for(mini, small, n, None, 2))
+            base, _, _, optimizer = counted_totals(mini, small.training)
+            sized.append(base + optimizer + reference_bytes(mini, small))
+        plans.append((key, n, sized))
+    counts, seen = {}, {}
+
+    def event(e):
+        if e.get("event") == "miniature":
+            seen[e["index"]] = e["peak_bytes"]
+        on_event(e)
+
+    try:
+        run_child({"miniatures": requests}, SECONDS_EACH * (len(requests) + 2), event,
+                  module="mlxfit.measure.preference_child")
+    except MeasurementFailed:
+        pass  # what was counted before the failure is kept
+    peaks = [seen.get(i) for i in range(len(requests))]
+    it = iter(peaks)
+    for key, n, sized in plans:
+        if sized is None:
+            counts[key] = None
+            continue
+        p1, p2 = next(it), next(it)
+        if p1 is None or p2 is None:
+            counts[key] = None
+            continue
+        unit = (n - 1) * (VOCABS[1] - VOCABS[0]) * 4
+        counts[key] = round(((p2 - sized[1]) - (p1 - sized[0])) / unit, 3)
+    return counts

@@ -1,0 +1,144 @@
+"""The logits buffers of a DPO, CPO or ORPO step, counted on a miniature of the model
+(mlxfit/measure/miniature.py), and how the estimate, its range and its plans use them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from mlxfit.estimate import preference as est
+from mlxfit.measure import miniature
+from mlxfit.model import preference as pref
+from mlxfit.model.resolve import _from_config, resolve_model
+
+needs_rl = pytest.mark.skipif(not pref.installed(), reason="mlx-lm-lora is not installed (pip install 'mlxfit[rl]')")
+
+# benchmarks/preference.py's llama-tied-8k: its full-size step holds 9.5 float32 logits
+# buffers per pair in DPO and 5.0 in CPO (benchmarks/results/preference.md).
+LLAMA = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 8,
+         "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 8192, "rms_norm_eps": 1e-5,
+         "tie_word_embeddings": True}
+
+
+@pytest.fixture
+def miniatures_on(monkeypatch):
+    monkeypatch.setenv(miniature.OFF, "1")
+    monkeypatch.setattr(miniature, "_remembered", {})
+
+
+def test_a_miniature_keeps_the_graph_and_shrinks_the_widths():
+    config = {**resolve_model("Qwen/Qwen3-0.6B").config, "quantization": {"group_size": 64, "bits": 4}}
+    small = miniature.miniature_config(config, 8192)
+    assert small["num_hidden_layers"] == config["num_hidden_layers"]
+    assert small["model_type"] == config["model_type"] and small["tie_word_embeddings"] == config["tie_word_embeddings"]
+    assert (small["hidden_size"], small["head_dim"], small["vocab_size"]) == (64, 16, 8192)
+    assert small["num_key_value_heads"] < small["num_attention_heads"]  # grouped-query attention stays grouped
+    assert "quantization" not in small
+    nested = miniature.miniature_config({"model_type": "x", "text_config": {"hidden_size": 2560, "vocab_size": 262144}}, 99)
+    assert nested["text_config"] == {"hidden_size": 64, "vocab_size": 99}
+
+
+def test_the_shape_key_follows_what_shapes_the_graph():
+    model = resolve_model("Qwen/Qwen3-0.6B")
+    run = pref.resolve_run("dpo", {}, {})
+    key = miniature.shape_key(model, run, 512)
+    t = run.training
+    same = [replace(run, training=replace(t, batch_size=4)), replace(run, training=replace(t, quantize=True)),
+            replace(run, beta=0.5)]
+    assert all(miniature.shape_key(model, r, 2048) == key for r in same)
+    other = [replace(run, training=replace(t, grad_checkpoint=True)), replace(run, training=replace(t, num_layers=4)),
+             replace(run, mode="orpo"), replace(run, training=replace(t, fine_tune_type="full"))]
+    assert len({key, *(miniature.shape_key(model, r, 512) for r in other)}) == 5
+
+
+def _measured_count(config: dict, run, length: int) -> float:
+    """The full-size model's logits buffers: its peak's slope over two vocabularies,
+    less the weights that grow with the vocabulary (as the miniature counts them)."""
+    from mlxfit.estimate.detailed import counted_totals
+    from mlxfit.measure.preference import measure
+
+    net = []
+    for vocab in (8192, 16384):
+        model = _from_config("llama", "local", {**config, "vocab_size": vocab})
+        peak = measure(model, run, length, steps=2, timeout=600).peak_bytes
+        base, _, _, optimizer = counted_totals(model, run.training)
+        net.append(peak - base - optimizer - est.reference_bytes(model, run))
+    return (net[1] - net[0]) / ((length - 1) * 8192 * 4)
+
+
+@needs_rl
+def test_the_miniature_counts_what_the_full_size_step_holds(miniatures_on, monkeypatch):
+    model = _from_config("llama", "local", LLAMA)
+    dpo, cpo = pref.resolve_run("dpo", {}, {}), pref.resolve_run("cpo", {}, {})
+    counts = miniature.logits_buffers_many([(model, dpo, 144), (model, cpo, 144)])
+    assert counts[0] == pytest.approx(_measured_count(LLAMA, dpo, 144), abs=0.25)
+    assert counts == [pytest.approx(9.5, abs=0.1), pytest.approx(5.0, abs=0.1)]
+
+    # Remembered on disk: no miniature runs again, in this process or another.
+    monkeypatch.setattr(miniature, "_remembered", {})
+    monkeypatch.setattr(miniature, "_count", lambda todo, on_event: pytest.fail("counted again"))
+    assert miniature.logits_buffers(model, dpo, 144) == counts[0]
+    stored = json.loads((miniature.cache_dir() / "miniature_counts.json").read_text())
+    assert sorted(stored.values()) == sorted(counts)
+
+
+@needs_rl
+def test_a_failed_miniature_leaves_the_fitted_count(miniatures_on, monkeypatch):
+    from mlxfit.measure import parent
+
+    def fail(*args, **kwargs):
+        raise parent.MeasurementFailed("the child died")
+
+    monkeypatch.setattr(parent, "run_child", fail)
+    model = resolve_model("Qwen/Qwen3-0.6B")
+    e = est.estimate_run(model, pref.resolve_run("dpo", {}, {}), "cpu")
+    assert e.logits_buffers is None
+    monkeypatch.setenv(miniature.OFF, "0")
+    assert est.estimate_run(model, pref.resolve_run("dpo", {}, {}), "cpu").peak_bytes == e.peak_bytes
+
+
+def test_no_miniature_without_the_switch_or_for_grpo_and_chunked_runs(monkeypatch):
+    monkeypatch.setattr(miniature, "_count", lambda todo, on_event: pytest.fail("a miniature ran"))
+    model = resolve_model("Qwen/Qwen3-0.6B")
+    assert miniature.logits_buffers(model, pref.resolve_run("dpo", {}, {}), 512) is None  # MLXFIT_MINIATURES=0
+    monkeypatch.setenv(miniature.OFF, "1")
+    monkeypatch.setattr(pref, "installed", lambda: True)
+    chunked = pref.resolve_run("dpo", {"efficient_long_context": True}, {})
+    assert miniature.logits_buffers_many([(model, pref.resolve_run("grpo", {}, {}), 512), (model, chunked, 2048)]) == [None, None]
+
+
+def test_a_counted_estimate_holds_the_counted_buffers_and_has_its_own_range():
+    from mlxfit.estimate.uncertainty import preference_ranges
+
+    model = resolve_model("Qwen/Qwen3-0.6B")
+    run = pref.resolve_run("dpo", {"max_seq_length": 1024}, {})
+    fitted = est.estimate_run(model, run, "cpu")
+    counted = est.estimate_run(model, run, "cpu", counted=9.5)
+    V = model.architecture.vocab_size
+    assert counted.peak.parts["logits and gradient"] == pytest.approx(9.5 * 1023 * V * 4, rel=1e-6)
+    assert "reference scoring" in fitted.peak.parts and "reference scoring" not in counted.peak.parts
+    spread = preference_ranges()["counted"]["dpo"]
+    low, high = counted.range_bytes
+    assert low / counted.peak_bytes == pytest.approx(spread["low"], rel=1e-6)
+    assert high / counted.peak_bytes == pytest.approx(spread["high"], rel=1e-6)
+    assert counted.to_dict()["logits_buffers_counted"] == 9.5 and fitted.to_dict()["logits_buffers_counted"] is None
+
+
+def test_a_plan_counts_the_run_and_its_single_changes_in_one_process(monkeypatch):
+    calls = []
+
+    def fake_count(todo, on_event):
+        calls.append(len(todo))
+        return {key: 10.0 for key in todo}
+
+    monkeypatch.setenv(miniature.OFF, "1")
+    monkeypatch.setattr(miniature, "_remembered", {})
+    monkeypatch.setattr(miniature, "_count", fake_count)
+    monkeypatch.setattr(pref, "installed", lambda: True)
+    model = resolve_model("Qwen/Qwen2.5-7B-Instruct")
+    run = pref.resolve_run("dpo", {}, {})
+    plans = est.plan(model, run, 16 * 10**9, "metal")
+    assert plans["combination"], "a 7B DPO run needs several changes together on 16 GB"
+    assert calls == [4]  # the run; --train-mode orpo, --grad-checkpoint, --num-layers 14 (same shape: 4-bit, batch, length)
