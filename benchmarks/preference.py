@@ -385,13 +385,22 @@ the chosen, rejected and reference passes differently at each depth. Measured on
 | 20 (MLX's default) | 15.0 (118.3 MB) | 9.5 (109.8 MB) |
 | 200 | 15.0 (119.8 MB) | 13.5 (126.8 MB) |
 
-A count fitted at one depth does not carry to another, so the estimate does not model it yet; it
-would take replaying MLX's tape order over the step's graph. Depth-first order held 29% less here
-(83.7 against 118.3 MB); whether `MLX_BFS_MAX_WIDTH=1` is worth its cost in speed on a Mac is not
-measured.
+A count fitted at one depth does not carry to another. The tape's order depends on the graph's
+shape, not its sizes, so the estimate counts the buffers on a miniature of the model instead
+(`mlxfit/measure/miniature.py`): the same model type, depth, adapted layers, mode and checkpointing,
+every width shrunk (hidden 64, 48 tokens, batch 1), mlx-lm-lora's own step run at vocabularies of
+8k and 16k; the slope of its peak, less the weights that grow with the vocabulary, is the count.
+On both grid models it gives the full-size counts above to within 0.01 (the "logits buffers"
+column), and `tests/test_miniature.py` checks it against the full-size model each run. Counted
+this way for llama at other depths (DPO / CPO / ORPO, buffers per pair):
+
+{depths}
+
+Depth-first order held 29% less here (83.7 against 118.3 MB); whether `MLX_BFS_MAX_WIDTH=1` is
+worth its cost in speed on a Mac is not measured.
 
 `python benchmarks/preference.py --ranges --write` derives each mode's range (the lowest and highest
-measured / predicted over all 54 runs) into `mlxfit/data/preference_ranges.json`; a preference
+measured / predicted over all runs, for each of the two estimates) into `mlxfit/data/preference_ranges.json`; a preference
 verdict is judged on it, and on Metal it is widened by the Mac SFT range (no public Mac run of these
 modes was found that ran mlx-lm-lora 5.10.2):
 """
@@ -462,6 +471,43 @@ def row(r: dict) -> str:
             f"{r['measured'] / 1e6:.1f} | {mea:+.1f}% | {r['phase']} | {comp} |")
 
 
+DEPTHS_FILE = RESULTS / "preference_depths.json"
+DEPTHS_AT = (2, 3, 4, 6, 8, 10, 12, 16, 24, 32)
+
+
+def count_depths() -> None:
+    """The miniature's count for llama-tied-8k at other depths, into DEPTHS_FILE."""
+    import os
+
+    from mlxfit.measure.miniature import OFF, logits_buffers_many
+    from mlxfit.model.preference import resolve_run
+    from mlxfit.model.resolve import _from_config
+
+    os.environ[OFF] = "1"
+    items, keys = [], []
+    for n in DEPTHS_AT:
+        model = _from_config(f"llama-tied-8k, {n} blocks", "local", {**CONFIGS[L8], "num_hidden_layers": n})
+        for mode in ("dpo", "cpo", "orpo"):
+            items.append((model, resolve_run(mode, {}, {}), 144))
+            keys.append((n, mode))
+    counts = logits_buffers_many(items)
+    table = {}
+    for (n, mode), c in zip(keys, counts):
+        table.setdefault(str(n), {})[mode] = c
+    DEPTHS_FILE.write_text(json.dumps(table, indent=1) + "\n")
+
+
+def depths_table() -> str:
+    if not DEPTHS_FILE.exists():
+        return "(not counted: python benchmarks/preference.py --depths)"
+    table = json.loads(DEPTHS_FILE.read_text())
+    head = "| blocks | " + " | ".join(table) + " |"
+    lines = [head, "|---|" + "---|" * len(table)]
+    for mode in ("dpo", "cpo", "orpo"):
+        lines.append(f"| {mode.upper()} | " + " | ".join(f"{table[n][mode]:.1f}" for n in table) + " |")
+    return "\n".join(lines)
+
+
 def recount() -> None:
     """Count every recorded run's logits buffers on miniatures again, into its row."""
     for path in (RESULTS / "preference.jsonl", RESULTS / "preference_heldout.jsonl"):
@@ -484,10 +530,14 @@ def main() -> None:
     p.add_argument("--write", action="store_true", help="with --ranges: write mlxfit/data/preference_ranges.json")
     p.add_argument("--recount", action="store_true",
                    help="count each recorded run's logits buffers on miniatures again (needs mlx-lm-lora), into the JSON-lines files")
+    p.add_argument("--depths", action="store_true", help="count llama-tied-8k's logits buffers on miniatures at 2-32 blocks")
     p.add_argument("--mac", action="store_true", help="the estimate on the public Mac runs of these modes; run nothing")
     args = p.parse_args()
     if args.recount:
         recount()
+        return
+    if args.depths:
+        count_depths()
         return
     if args.mac:
         print("\n".join(mac()))
@@ -553,7 +603,7 @@ def write(results, lines, out) -> None:
             e = [x for x, r in zip(est, results) if r["mode"] == mode]
             if e:
                 tail.append(f"- {mode}: {len(e)} runs, estimate median {statistics.median(e):.1f}%, worst {max(e):.1f}%")
-    sections = ["", HELDOUT_TEXT.format(summary=heldout_summary()), *ranges(write=False), "", MAC_TEXT, *mac(), "", MAC_AFTER]
+    sections = ["", HELDOUT_TEXT.format(summary=heldout_summary(), depths=depths_table()), *ranges(write=False), "", MAC_TEXT, *mac(), "", MAC_AFTER]
     Path(out).write_text("\n".join(head + lines + tail + sections) + "\n")
     print("\n".join(tail))
 

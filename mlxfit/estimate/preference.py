@@ -36,6 +36,7 @@ from ..measure.miniature import logits_buffers, logits_buffers_many
 from ..model.preference import EFFICIENT_STEP, PreferenceRun
 from ..model.resolve import ModelInfo
 from .detailed import Breakdown, counted_totals, dtype_bytes
+from .reference import reference_bytes
 from .uncertainty import preference_range, verdict as range_verdict
 
 KV_STEP = 256  # mlx_lm/models/cache.py KVCache.step: the cache grows in these
@@ -100,17 +101,6 @@ class PreferenceEstimate:
             "logits_buffers_counted": self.logits_buffers,
             "phases": [{"name": p.name, "bytes": p.bytes, "breakdown": dict(p.parts)} for p in self.phases],
         }
-
-
-def reference_bytes(model: ModelInfo, run: PreferenceRun, reference: ModelInfo | None = None) -> int:
-    """The reference copy: --model loaded again by mlx_lm.load, unquantized even
-    with --load-in-4bits (only the policy is quantized), or the model at
-    --reference-model-path as stored."""
-    if not run.has_reference:
-        return 0
-    ref = reference or model
-    base = replace(run.training, fine_tune_type="lora", quantize=False)
-    return counted_totals(ref, base)[0]
 
 
 def _resident(sft: Breakdown) -> dict:

@@ -6,17 +6,18 @@ policy's logits, their float32 casts, the reference's, their gradients). How man
 depends on the order MLX evaluates the step's graph in: mlx/transforms.cpp
 eval_impl builds the tape breadth-first, at most MLX_BFS_MAX_WIDTH (20) arrays
 wide, so how far the chosen, rejected and reference passes interleave follows the
-graph's shape. Measured on llama for DPO, the count goes 14, 16, 11, 16, 10, 16, 14,
-16, 11, 14 at 2, 3, 4, 6, 8, 10, 12, 16, 24, 32 blocks: no formula of depth.
+graph's shape. Counted on llama for DPO (benchmarks/results/preference_depths.json):
+13.5, 15.5, 10, 15.5, 9.5, 15, 13.5, 15.5, 10, 13.4 at 2, 3, 4, 6, 8, 10, 12, 16, 24,
+32 blocks: no formula of depth.
 
 The order depends on the graph, not on its sizes. A miniature keeps what shapes
-the graph (the model type, its depth, the adapted layers, the mode, checkpointing,
-compilation, chunking) and shrinks every width; its peak at two vocabulary sizes,
+the graph (the model type and dtype, its depth, the adapted layers, the mode,
+checkpointing, compilation) and shrinks every width; its peak at two vocabulary sizes,
 less the weights that grow with the vocabulary, gives the count. The counts are
 remembered per graph shape (mlxfit's cache folder) and with the MLX version.
 
-Without mlx-lm-lora (the rl extra), or for a model whose miniature mlx-lm cannot
-build, there is no count: the estimate keeps its fitted one and a wider range.
+Without mlx-lm-lora (the rl extra), for a chunked run (--efficient-long-context),
+or for a model whose miniature mlx-lm cannot build, there is no count: the estimate keeps its fitted one and a wider range.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def logits_buffers_many(items: list, on_event=lambda e: None, count_new: bool = 
 
 
 def _count(todo: dict, on_event) -> dict:
-    from ..estimate.preference import reference_bytes
+    from ..estimate.reference import reference_bytes
     from ..estimate.detailed import counted_totals
     from ..model.resolve import _from_config
     from .parent import MeasurementFailed, run_child
