@@ -198,7 +198,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     if mode == "sft":
         planned = lib.plan_sweep(model, trainings, machine.usable_bytes, backend, calibration, measuring, force)
     else:
-        planned = plan_preference(pref_lib, model, runs, machine, reserve, backend, measuring, force)
+        planned = plan_preference(pref_lib, model, runs, machine, reserve, backend, measuring, force, quiet=json_)
     varying = [name for name, values in sweeps.items() if len(values) > 1]
     if not json_:
         if mode == "sft":
@@ -306,11 +306,20 @@ def preference_notes(runs, machine, measuring: bool) -> list[str]:
     return notes
 
 
-def plan_preference(pref_lib, model, runs, machine, reserve, backend: str, measuring: bool, force: bool):
+def plan_preference(pref_lib, model, runs, machine, reserve, backend: str, measuring: bool, force: bool,
+                    quiet: bool = False):
     """Each run's estimate and action; a run this machine cannot hold is refused by
-    mlxfit.answer_preference's rule, as probe --measure refuses it."""
+    mlxfit.answer_preference's rule, as probe --measure refuses it. The runs' logits
+    are first counted on miniatures (a few seconds a graph shape, shown)."""
     from .. import answer_preference
     from ..estimate import preference as est
+    from ..measure.miniature import logits_buffers_many, uncounted
+    from ..render.measurement import measure_progress
+
+    shapes = [(model, run, run.training.max_seq_length) for run in runs]
+    if uncounted(shapes):
+        with measure_progress(quiet) as on_event:
+            logits_buffers_many(shapes, on_event)
 
     reference = answer_preference.reference_model(runs[0])  # one --reference-model-path for every run
 

@@ -184,6 +184,8 @@ def _count(todo: dict, on_event) -> dict:
     def event(e):
         if e.get("event") == "miniature":
             seen[e["index"]] = e["peak_bytes"]
+        elif e.get("event") == "done":
+            e = {"event": "stage", "stage": f"logits buffers counted on {len(requests)} miniatures of the model"}
         on_event(e)
 
     try:

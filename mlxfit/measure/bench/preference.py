@@ -163,7 +163,7 @@ def plan(
     with `force`, with the refusal as its reason."""
     from ..miniature import logits_buffers_many
 
-    logits_buffers_many([(model, run, run.training.max_seq_length) for run in runs])  # in one process
+    logits_buffers_many([(model, run, run.training.max_seq_length) for run in runs])  # in one process (if not yet)
     planned = []
     for run in runs:
         e = estimate_run(model, run, backend, None, reference, run.prompt_length)
