@@ -142,3 +142,12 @@ def test_a_plan_counts_the_run_and_its_single_changes_in_one_process(monkeypatch
     plans = est.plan(model, run, 16 * 10**9, "metal")
     assert plans["combination"], "a 7B DPO run needs several changes together on 16 GB"
     assert calls == [4]  # the run; --train-mode orpo, --grad-checkpoint, --num-layers 14 (same shape: 4-bit, batch, length)
+
+
+def test_a_miniature_too_large_to_be_small_is_not_run(miniatures_on, monkeypatch):
+    from mlxfit.measure import parent
+
+    monkeypatch.setattr(pref, "installed", lambda: True)
+    monkeypatch.setattr(parent, "run_child", lambda *a, **k: pytest.fail("a miniature ran"))
+    moe = resolve_model("Qwen/Qwen3-30B-A3B")  # 128 experts in each of 48 blocks: over MOST_WEIGHTS even shrunk
+    assert miniature.logits_buffers(moe, pref.resolve_run("dpo", {}, {}), 512) is None

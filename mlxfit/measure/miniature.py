@@ -32,9 +32,11 @@ from ..errors import MlxfitError
 
 # What a miniature's widths become (keys absent from a config are left absent).
 WIDTHS = {
-    "hidden_size": 64, "intermediate_size": 128, "head_dim": 16, "moe_intermediate_size": 64,
-    "shared_expert_intermediate_size": 64, "num_attention_heads": 4,
+    "hidden_size": 64, "intermediate_size": 128, "head_dim": 16, "global_head_dim": 16, "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64, "hidden_size_per_layer_input": 16, "num_attention_heads": 4,
 }
+VOCAB_KEYS = ("vocab_size", "vocab_size_per_layer_input")  # Gemma 3n / 4: per-layer embeddings of the vocabulary
+MOST_WEIGHTS = 256 * 10**6  # a miniature whose weights would exceed this is not run (its config kept a width)
 VOCABS = (8192, 16384)  # large against the widths, so that the loss is the peak's moment
 LENGTH = 48  # tokens per sequence (one more than the positions scored)
 SECONDS_EACH = 20  # a miniature takes 1-3 s here (2 CPU cores): its child is stopped well before this
@@ -54,8 +56,9 @@ def miniature_config(config: dict, vocab: int) -> dict:
     if isinstance(out.get("num_key_value_heads"), int):
         kv, heads = config["num_key_value_heads"], config.get("num_attention_heads", 1)
         out["num_key_value_heads"] = WIDTHS["num_attention_heads"] if kv == heads else (1 if kv == 1 else 2)
-    if "vocab_size" in out:
-        out["vocab_size"] = vocab
+    for key in VOCAB_KEYS:
+        if key in out:
+            out[key] = vocab
     if isinstance(out.get("text_config"), dict):
         out["text_config"] = miniature_config(out["text_config"], vocab)
     return out
@@ -175,9 +178,12 @@ def _count(todo: dict, on_event) -> dict:
             continue
         sized = []
         for mini in minis:
-            requests.append(request_for(mini, small, n, None, 2))
             base, _, _, optimizer = counted_totals(mini, small.training)
             sized.append(base + optimizer + reference_bytes(mini, small))
+        if max(sized) > MOST_WEIGHTS:
+            plans.append((key, n, None))
+            continue
+        requests += [request_for(mini, small, n, None, 2) for mini in minis]
         plans.append((key, n, sized))
     counts, seen = {}, {}
 
@@ -189,8 +195,9 @@ def _count(todo: dict, on_event) -> dict:
         on_event(e)
 
     try:
-        run_child({"miniatures": requests}, SECONDS_EACH * (len(requests) + 2), event,
-                  module="mlxfit.measure.preference_child")
+        if requests:
+            run_child({"miniatures": requests}, SECONDS_EACH * (len(requests) + 2), event,
+                      module="mlxfit.measure.preference_child")
     except MeasurementFailed:
         pass  # what was counted before the failure is kept
     peaks = [seen.get(i) for i in range(len(requests))]
@@ -204,5 +211,6 @@ def _count(todo: dict, on_event) -> dict:
             counts[key] = None
             continue
         unit = (n - 1) * (VOCABS[1] - VOCABS[0]) * 4
-        counts[key] = round(((p2 - sized[1]) - (p1 - sized[0])) / unit, 3)
+        count = ((p2 - sized[1]) - (p1 - sized[0])) / unit
+        counts[key] = round(count, 3) if count > 0 else None  # no logits grew: not a count to trust
     return counts

@@ -221,7 +221,11 @@ def measure_miniatures(requests: list) -> list:
         emit("stage", stage=f"counting logits buffers on miniatures of the model ({i + 1} of {len(requests)})")
         if request["run"]["mode"] != "cpo":
             mx.enable_compile()  # a CPO miniature before this one disabled it
-        peaks.append(measure_steps(request, emit_event=lambda *a, **k: None)["peak_bytes"])
+        try:
+            peaks.append(measure_steps(request, emit_event=lambda *a, **k: None)["peak_bytes"])
+        except Exception as e:  # noqa: BLE001 - that shape keeps the fitted count; the others go on
+            peaks.append(None)
+            emit("miniature_failed", index=i, message=f"{type(e).__name__}: {e}")
         emit("miniature", index=i, peak_bytes=peaks[-1])
         gc.collect()
         mx.clear_cache()
