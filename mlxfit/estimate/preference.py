@@ -11,6 +11,11 @@ trainers do (mlx_lm_lora/trainer/, version 5.10.2):
   backward pass: the policy step is an SFT step of 2B sequences. DPO and CPO cast
   the logits to float32 before the cross-entropy (get_token_scores), so the logits
   kept for the backward are 4 bytes an element whatever the model's dtype.
+- How many batch x length x vocabulary buffers that step holds at its loss follows
+  MLX's breadth-first evaluation order, so it is counted by running the step on a
+  miniature of the model (mlxfit/measure/miniature.py); without one (no
+  mlx-lm-lora, a chunked run, a miniature that failed) a fitted count stands in,
+  judged on a wider range.
 - DPO's reference model (train.py load_reference_model: a second, frozen copy of
   --model unless --reference-model-path names another) scores both sequences
   inside the same step (no gradient): its weights are resident, its forward adds
