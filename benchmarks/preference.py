@@ -388,7 +388,8 @@ the chosen, rejected and reference passes differently at each depth. Measured on
 A count fitted at one depth does not carry to another. The tape's order depends on the graph's
 shape, not its sizes, so the estimate counts the buffers on a miniature of the model instead
 (`mlxfit/measure/miniature.py`): the same model type, depth, adapted layers, mode and checkpointing,
-every width shrunk (hidden 64, 48 tokens, batch 1), mlx-lm-lora's own step run at vocabularies of
+every width shrunk (hidden 32, 128 tokens, batch 1: a weight row of the vocabulary is a quarter of a
+logits row), mlx-lm-lora's own step run at vocabularies of
 8k and 16k; the slope of its peak, less the weights that grow with the vocabulary, is the count.
 On both grid models it gives the full-size counts above to within 0.01 (the "logits buffers"
 column), and `tests/test_miniature.py` checks it against the full-size model each run. Counted

@@ -33,11 +33,14 @@ def test_a_miniature_keeps_the_graph_and_shrinks_the_widths():
     small = miniature.miniature_config(config, 8192)
     assert small["num_hidden_layers"] == config["num_hidden_layers"]
     assert small["model_type"] == config["model_type"] and small["tie_word_embeddings"] == config["tie_word_embeddings"]
-    assert (small["hidden_size"], small["head_dim"], small["vocab_size"]) == (64, 16, 8192)
+    W = miniature.WIDTHS
+    assert (small["hidden_size"], small["head_dim"], small["vocab_size"]) == (W["hidden_size"], W["head_dim"], 8192)
     assert small["num_key_value_heads"] < small["num_attention_heads"]  # grouped-query attention stays grouped
     assert "quantization" not in small
-    nested = miniature.miniature_config({"model_type": "x", "text_config": {"hidden_size": 2560, "vocab_size": 262144}}, 99)
-    assert nested["text_config"] == {"hidden_size": 64, "vocab_size": 99}
+    nested = miniature.miniature_config({"model_type": "x", "text_config": {
+        "hidden_size": 2560, "vocab_size": 262144, "vocab_size_per_layer_input": 262144, "hidden_size_per_layer_input": 256}}, 99)
+    assert nested["text_config"] == {"hidden_size": W["hidden_size"], "vocab_size": 99, "vocab_size_per_layer_input": 99,
+                                     "hidden_size_per_layer_input": W["hidden_size_per_layer_input"]}
 
 
 def test_the_shape_key_follows_what_shapes_the_graph():
@@ -149,5 +152,6 @@ def test_a_miniature_too_large_to_be_small_is_not_run(miniatures_on, monkeypatch
 
     monkeypatch.setattr(pref, "installed", lambda: True)
     monkeypatch.setattr(parent, "run_child", lambda *a, **k: pytest.fail("a miniature ran"))
-    moe = resolve_model("Qwen/Qwen3-30B-A3B")  # 128 experts in each of 48 blocks: over MOST_WEIGHTS even shrunk
+    config = {**resolve_model("Qwen/Qwen3-30B-A3B").config, "num_experts": 4096}  # a count no miniature shrinks
+    moe = _from_config("many experts", "local", config)
     assert miniature.logits_buffers(moe, pref.resolve_run("dpo", {}, {}), 512) is None

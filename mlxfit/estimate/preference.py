@@ -10,7 +10,9 @@ trainers do (mlx_lm_lora/trainer/, version 5.10.2):
   differentiated function, so both sequences' activations are kept for the
   backward pass: the policy step is an SFT step of 2B sequences. DPO and CPO cast
   the logits to float32 before the cross-entropy (get_token_scores), so the logits
-  kept for the backward are 4 bytes an element whatever the model's dtype.
+  kept for the backward are 4 bytes an element whatever the model's dtype. CPO's
+  compiled step fails on mlx 0.32.4, so it runs, and is estimated, uncompiled (the
+  `uncompiled` term; on the CPU measured by benchmarks/uncompiled.py).
 - How many batch x length x vocabulary buffers that step holds at its loss follows
   MLX's breadth-first evaluation order, so it is counted by running the step on a
   miniature of the model (mlxfit/measure/miniature.py); without one (no
@@ -148,7 +150,7 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
         # Counted on a miniature of the model (mlxfit/measure/miniature.py): every
         # B x T x V buffer the step holds at its loss, the reference's included.
         sft = _sft(model, replace(t, batch_size=2 * B), backend, step_len, logits=lambda f: 0,
-                   kept_logits=int(count * B * T * V * 4))
+                   kept_logits=int(count * B * T * V * 4), compiled=run.compiled)
     elif run.mode == "orpo":
         # Measured (benchmarks/results/preference.md): ORPO's two cross-entropies run
         # their backward one sequence at a time: the SFT logits term at B, plus the
@@ -158,7 +160,8 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
         # DPO and CPO: get_token_scores casts the logits to float32 before the
         # cross-entropy; measured, both sequences' logits work at once (the SFT
         # logits term at 2B, in float32).
-        sft = _sft(model, replace(t, batch_size=2 * B), backend, step_len, logits=lambda f: f * 4 / s)
+        sft = _sft(model, replace(t, batch_size=2 * B), backend, step_len, logits=lambda f: f * 4 / s,
+                   compiled=run.compiled)
     resident = _resident(sft)
     if ref:
         resident["reference copy"] = ref
@@ -178,16 +181,19 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
 
 
 def _sft(model: ModelInfo, training, backend: str, length: int, logits=lambda f: f, kept_logits: int = 0,
-         fused_cross_entropy: bool | None = None) -> Breakdown:
+         fused_cross_entropy: bool | None = None, compiled: bool = True) -> Breakdown:
     """detailed.estimate with the logits term changed: `logits` maps the SFT logits
     bytes (what the fitted logits coefficient scales), `kept_logits` adds bytes at
-    the loss; `fused_cross_entropy` False where the mode computes its own log-softmax."""
+    the loss; `fused_cross_entropy` False where the mode computes its own log-softmax;
+    `compiled` False where the mode's step runs without mx.compile (CPO)."""
     from ..runtime import Runtime
     from .detailed import backend_features, coefficients, combine, features
 
     runtime = Runtime.current(backend)
     if fused_cross_entropy is not None:
         runtime = replace(runtime, fused_cross_entropy=fused_cross_entropy)
+    if not compiled:
+        runtime = replace(runtime, compiled_step=False)
     f = backend_features(features(model, training, length), backend, runtime, model.architecture.head_dim)
     c = coefficients()[backend]
     key = "logits_fused_bytes" if f.get("logits_fused_bytes") else "logits_bytes"

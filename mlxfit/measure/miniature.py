@@ -32,13 +32,17 @@ from ..errors import MlxfitError
 
 # What a miniature's widths become (keys absent from a config are left absent).
 WIDTHS = {
-    "hidden_size": 64, "intermediate_size": 128, "head_dim": 16, "global_head_dim": 16, "moe_intermediate_size": 64,
-    "shared_expert_intermediate_size": 64, "hidden_size_per_layer_input": 16, "num_attention_heads": 4,
+    "hidden_size": 32, "intermediate_size": 64, "head_dim": 8, "global_head_dim": 8, "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32, "hidden_size_per_layer_input": 8, "num_attention_heads": 4,
 }
 VOCAB_KEYS = ("vocab_size", "vocab_size_per_layer_input")  # Gemma 3n / 4: per-layer embeddings of the vocabulary
 MOST_WEIGHTS = 256 * 10**6  # a miniature whose weights would exceed this is not run (its config kept a width)
 VOCABS = (8192, 16384)  # large against the widths, so that the loss is the peak's moment
-LENGTH = 48  # tokens per sequence (one more than the positions scored)
+# Tokens per sequence: long against the hidden width, so that vocabulary x hidden
+# arrays (a trained embedding's gradient and optimizer update) weigh a quarter of a
+# logits row each and do not become the peak (at 48 tokens and width 64 they made a
+# full ORPO fine-tune's count 6.7 instead of 3.3).
+LENGTH = 128
 SECONDS_EACH = 20  # a miniature takes 1-3 s here (2 CPU cores): its child is stopped well before this
 OFF = "MLXFIT_MINIATURES"  # "0": no miniatures, the fitted count (the tests' default)
 _remembered: dict = {}
