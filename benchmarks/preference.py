@@ -438,20 +438,17 @@ def rescore(r: dict, recount: bool = False) -> dict:
     (recorded in the row as "logits_buffers"; `recount`: counted again) and with the
     fitted count. GRPO has one estimate."""
     import os
+    from unittest.mock import patch
 
     from mlxfit.measure.miniature import OFF
 
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps({**CONFIGS[r["config"]], **r.get("config_overrides", {})}))
         counted = None if recount else r.get("logits_buffers")
-        before = os.environ.get(OFF)
-        os.environ[OFF] = "1" if recount else "0"
-        try:
+        with patch.dict(os.environ, {OFF: "1" if recount else "0"}):
             e = estimate_for(r["config"], r["mode"], r["width"], r["flags"], Path(tmp), counted)
-            os.environ[OFF] = "0"
+        with patch.dict(os.environ, {OFF: "0"}):
             fitted = estimate_for(r["config"], r["mode"], r["width"], r["flags"], Path(tmp))
-        finally:
-            os.environ.pop(OFF) if before is None else os.environ.__setitem__(OFF, before)
     out = {**r, "estimate": e.peak_bytes, "estimate_fitted": fitted.peak_bytes, "phase": e.peak.name}
     if e.logits_buffers is not None:
         out["logits_buffers"] = e.logits_buffers

@@ -316,7 +316,7 @@ def plan_preference(pref_lib, model, runs, machine, reserve, backend: str, measu
     from ..measure.miniature import logits_buffers_many, uncounted
     from ..render.measurement import measure_progress
 
-    shapes = [(model, run, run.training.max_seq_length) for run in runs]
+    shapes = pref_lib.miniature_shapes(model, runs)
     if uncounted(shapes):
         with measure_progress(quiet) as on_event:
             logits_buffers_many(shapes, on_event)

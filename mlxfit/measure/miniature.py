@@ -7,7 +7,7 @@ depends on the order MLX evaluates the step's graph in: mlx/transforms.cpp
 eval_impl builds the tape breadth-first, at most MLX_BFS_MAX_WIDTH (20) arrays
 wide, so how far the chosen, rejected and reference passes interleave follows the
 graph's shape. Counted on llama for DPO (benchmarks/results/preference_depths.json):
-13.5, 15.5, 10, 15.5, 9.5, 15, 13.5, 15.5, 10, 13.4 at 2, 3, 4, 6, 8, 10, 12, 16, 24,
+13.5, 15.5, 10, 15.5, 9.5, 15, 13.5, 15.5, 10, 13.5 at 2, 3, 4, 6, 8, 10, 12, 16, 24,
 32 blocks: no formula of depth.
 
 The order depends on the graph, not on its sizes. A miniature keeps what shapes
@@ -70,9 +70,10 @@ def miniature_config(config: dict, vocab: int) -> dict:
 
 def miniature_run(run):
     """The run as its miniature trains it: batch 1, the base unquantized (neither
-    changes the graph's shape), LENGTH tokens."""
+    changes the graph's shape), room for LENGTH tokens."""
     t = run.training
-    return replace(run, training=replace(t, batch_size=1, quantize=False, grad_accumulation_steps=1))
+    return replace(run, training=replace(t, batch_size=1, quantize=False, grad_accumulation_steps=1,
+                                         max_seq_length=max(LENGTH, t.max_seq_length)))
 
 
 def shape_key(model, run, length: int) -> str:
@@ -124,12 +125,12 @@ def _keys(items: list) -> list:
     """Each item's shape key; None where no miniature is run: GRPO (its own terms),
     a model with no config, and chunked runs (--efficient-long-context over 512
     tokens), whose miniature would need the full length."""
-    from ..model.preference import EFFICIENT_STEP
+    from ..model.preference import EFFICIENT_STEP, PREFERENCE_MODES
 
     keys = []
     for model, run, length in items:
         chunked = run.efficient_long_context and length > EFFICIENT_STEP
-        ok = model.config is not None and run.mode in ("dpo", "cpo", "orpo") and not chunked
+        ok = model.config is not None and run.mode in PREFERENCE_MODES and not chunked
         keys.append(shape_key(model, run, length) if ok else None)
     return keys
 
@@ -169,26 +170,24 @@ def _count(todo: dict, on_event) -> dict:
     from .preference import request_for
 
     requests, plans = [], []
-    for key, (model, run, length) in todo.items():
+    for key, (model, run, _) in todo.items():
         small = miniature_run(run)
-        n = LENGTH
-        small = replace(small, training=replace(small.training, max_seq_length=max(n, small.training.max_seq_length)))
         try:
             minis = [_from_config(f"{model.id} (miniature)", "local", miniature_config(model.config, v)) for v in VOCABS]
         except MlxfitError:
             minis = []
         if len(minis) < 2 or any(m.architecture is None for m in minis):
-            plans.append((key, n, None))
+            plans.append((key, None))
             continue
         sized = []
         for mini in minis:
             base, _, _, optimizer = counted_totals(mini, small.training)
             sized.append(base + optimizer + reference_bytes(mini, small))
         if max(sized) > MOST_WEIGHTS:
-            plans.append((key, n, None))
+            plans.append((key, None))
             continue
-        requests += [request_for(mini, small, n, None, 2) for mini in minis]
-        plans.append((key, n, sized))
+        requests += [request_for(mini, small, LENGTH, None, 2) for mini in minis]
+        plans.append((key, sized))
     counts, seen = {}, {}
 
     def event(e):
@@ -206,7 +205,7 @@ def _count(todo: dict, on_event) -> dict:
         pass  # what was counted before the failure is kept
     peaks = [seen.get(i) for i in range(len(requests))]
     it = iter(peaks)
-    for key, n, sized in plans:
+    for key, sized in plans:
         if sized is None:
             counts[key] = None
             continue
@@ -214,7 +213,7 @@ def _count(todo: dict, on_event) -> dict:
         if p1 is None or p2 is None:
             counts[key] = None
             continue
-        unit = (n - 1) * (VOCABS[1] - VOCABS[0]) * 4
+        unit = (LENGTH - 1) * (VOCABS[1] - VOCABS[0]) * 4
         count = ((p2 - sized[1]) - (p1 - sized[0])) / unit
         counts[key] = round(count, 3) if count > 0 else None  # no logits grew: not a count to trust
     return counts

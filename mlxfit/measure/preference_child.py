@@ -30,6 +30,7 @@ import tempfile
 import time
 import traceback
 
+from ..model.preference import UNCOMPILED_MODES
 from .child import emit, serve
 
 
@@ -122,7 +123,7 @@ def measure_steps(request: dict, emit_event=emit) -> dict:
     from mlx_lm.tuner.callbacks import TrainingCallback
 
     supply_working_set_size()
-    if mode == "cpo":
+    if mode in UNCOMPILED_MODES:
         mx.disable_compile()
     mx.reset_peak_memory()
     held = mx.get_active_memory()
@@ -193,7 +194,7 @@ def measure_steps(request: dict, emit_event=emit) -> dict:
         "load_peak_bytes": load_peak,
         "steps": len(peaks),
         "seconds": seconds,
-        "compiled": mode != "cpo",
+        "compiled": mode not in UNCOMPILED_MODES,
         "completion_lengths": [float(x) for x in lengths],
         "trainer_peaks_gb": [r.get("peak_memory") for r in reports],
     }
@@ -219,7 +220,7 @@ def measure_miniatures(requests: list) -> list:
     peaks = []
     for i, request in enumerate(requests):
         emit("stage", stage=f"counting logits buffers on miniatures of the model ({i + 1} of {len(requests)})")
-        if request["run"]["mode"] != "cpo":
+        if request["run"]["mode"] not in UNCOMPILED_MODES:
             mx.enable_compile()  # a CPO miniature before this one disabled it
         try:
             peaks.append(measure_steps(request, emit_event=lambda *a, **k: None)["peak_bytes"])

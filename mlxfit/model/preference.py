@@ -19,6 +19,9 @@ from .training import TrainingConfig
 
 MODES = ("sft", "dpo", "cpo", "orpo", "grpo")  # covered here; mlx-lm-lora has more
 PREFERENCE_MODES = ("dpo", "cpo", "orpo")  # chosen and rejected sequences through the policy
+# CPO's compiled step fails on mlx 0.32.4 (IndexError: _Map_base::at): it runs, is
+# measured and is estimated with compilation off.
+UNCOMPILED_MODES = ("cpo",)
 # mlx_lm_lora/train.py run(): load_reference_model for these modes (of the five),
 # a second full copy of --model unless --reference-model-path names another model.
 REFERENCE_MODES = ("dpo", "grpo")
@@ -87,9 +90,7 @@ class PreferenceRun:
 
     @property
     def compiled(self) -> bool:
-        """CPO's compiled step fails on mlx 0.32.4 (IndexError: _Map_base::at); it
-        is measured with compilation off."""
-        return self.mode != "cpo"
+        return self.mode not in UNCOMPILED_MODES
 
     def to_dict(self) -> dict:
         data = asdict(self)

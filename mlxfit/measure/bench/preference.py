@@ -145,6 +145,11 @@ class PlannedRun:
         return self.estimate.peak_bytes
 
 
+def miniature_shapes(model: ModelInfo, runs: list[PreferenceRun]) -> list:
+    """(model, run, length) of each run, for mlxfit/measure/miniature.py to count."""
+    return [(model, run, run.training.max_seq_length) for run in runs]
+
+
 def plan(
     model: ModelInfo,
     runs: list[PreferenceRun],
@@ -163,7 +168,7 @@ def plan(
     with `force`, with the refusal as its reason."""
     from ..miniature import logits_buffers_many
 
-    logits_buffers_many([(model, run, run.training.max_seq_length) for run in runs])  # in one process (if not yet)
+    logits_buffers_many(miniature_shapes(model, runs))  # in one process (if not yet)
     planned = []
     for run in runs:
         e = estimate_run(model, run, backend, None, reference, run.prompt_length)
