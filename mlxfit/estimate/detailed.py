@@ -150,20 +150,22 @@ def optimizer_state_elements(name: str, shapes: list[tuple[int, ...]]) -> int:
 # What is in flight at the optimizer update, beyond the resident weights and
 # optimizer state: gradients, new parameters and new state not yet swapped in.
 # MLX frees each old parameter once its update has run, so what is in flight
-# is about a fixed number of blocks' worth of trainable weights, capped at a
-# multiple of all of them: (blocks, cap) per optimizer. Measured on the CPU with
-# full fine-tunes of 16-token sequences, where activations are negligible, at 4,
-# 8 and 16 blocks (tests/test_measure.py, benchmarks/accuracy.py llama-wide-1k):
-# adam 8.6 / 9.7 / 10.7 blocks (2.16 / 1.22 / 0.67 of all), adafactor - / 11.3 /
-# 18.7 blocks (- / 1.41 / 1.17), sgd - / 2.9 / 3.2 blocks (- / 0.37 / 0.2),
-# muon - / 15.5 / - blocks (- / 1.94 / -).
-UPDATE_IN_FLIGHT = {"sgd": (3.5, 1.0), "adam": (11.0, 2.2), "adamw": (11.0, 2.2), "adafactor": (19.0, 1.5), "muon": (16.0, 2.0)}
+# is a number of blocks' worth of trainable weights, capped at a multiple of all
+# of them: (blocks, blocks per trained block, cap) per optimizer. Measured on the
+# CPU with full fine-tunes of 16-token sequences, where activations are negligible,
+# at 4, 8 and 16 blocks (tests/test_measure.py, benchmarks/accuracy.py llama-wide-1k):
+# adam 8.2-8.6 / 9.7-10.2 / 10.7 blocks (2.04-2.16 / 1.22-1.28 / 0.67 of all),
+# adafactor 7.3 / 10.8-11.3 / 18.7 blocks (1.83 / 1.35-1.41 / 1.17), sgd - / 2.9 /
+# 3.2 blocks (- / 0.37 / 0.2), muon - / 15.5 / - blocks (- / 1.94 / -). Adafactor's
+# grows with depth (3.7 + 0.93 per block fits all three); the others' does not.
+UPDATE_IN_FLIGHT = {"sgd": (3.5, 0.0, 1.0), "adam": (11.0, 0.0, 2.2), "adamw": (11.0, 0.0, 2.2),
+                    "adafactor": (3.7, 0.93, 2.0), "muon": (16.0, 0.0, 2.0)}
 
 
 def update_in_flight_bytes(optimizer: str, trainable_bytes: int, trained_blocks: int) -> int:
-    blocks, cap = UPDATE_IN_FLIGHT[optimizer]
-    per_block = trainable_bytes / max(trained_blocks, 1)
-    return int(min(cap * trainable_bytes, blocks * per_block))
+    blocks, per_trained_block, cap = UPDATE_IN_FLIGHT[optimizer]
+    n = max(trained_blocks, 1)
+    return int(min(cap * trainable_bytes, (blocks + per_trained_block * n) * trainable_bytes / n))
 
 
 FUSED = ("qkv_proj", "gate_up_proj")  # phi3's fused projections, split after the matmul
