@@ -288,11 +288,17 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
     block_scores = B * largest("heads") * T * T * s
     scores = B * over_blocks("heads") * T * T * s
     fused = max(every.get("fused", ()), default=0)
+    base_bytes, trainable_elements, trainable_bytes, optimizer_bytes = counted_totals(model, training)
     adapter_outputs = dora_weights = 0
     if not full:
         # lora.py / dora.py __call__: every adapted layer keeps the base output y and
-        # the adapter's z (DoRA also the rescaled output), each B x T x out.
-        adapter_outputs = B * T * s * over_blocks("adapter_out")
+        # the adapter's z (DoRA also the rescaled output), each B x T x out. y is in the
+        # model's dtype; z = (x @ lora_a) @ lora_b in the adapter's (float32: lora.py
+        # creates lora_a and lora_b so), which MLX's type promotion keeps over a half-
+        # precision x (traced on the CPU: a bf16 Qwen2 DoRA holds float32 hidden-sized
+        # outputs). Counted per output as the mean of the two, so a float32 model's is s.
+        z_bytes = max(s, trainable_bytes // max(trainable_elements, 1))
+        adapter_outputs = B * T * (s + z_bytes) // 2 * over_blocks("adapter_out")
     if training.fine_tune_type == "dora":
         # dora.py __call__: the adapted weight w + scale * B^T A^T (float32) of a layer.
         dora_weights = largest("dora_weight") * 4
@@ -311,7 +317,6 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
     qdora_weights = sum(trained.get("adapted_weights", ())) * s + dora_weights if qdora else 0
     if qdora:
         dora_weights = 0
-    base_bytes, trainable_elements, trainable_bytes, optimizer_bytes = counted_totals(model, training)
     by_width = {}
     for k in ("h", "qkv", "inter"):
         by_width[f"act_{k}_bytes"] = B * T * s * over_blocks(k)
