@@ -318,6 +318,36 @@ RUNS_FOUND: tuple[Run, ...] = (
          dict(batch_size=4, num_layers=16, rank=16), (32, 2048), 6.7, 0.05, "2026-01-01", "0.30", "low",
          "converted to float16, batch 4, rank 16, 16 blocks, every linear; row lengths not stated (short replies)",
          config={"torch_dtype": "float16"}, file=FOUND),
+    # Found in the 2026-12 search (docs/accuracy.md), added before they were predicted.
+    _run("qwen2.5-7b-qv-2048-ckpt", 13, "code-index 69429495693", "mlx-community/Qwen2.5-7B-Instruct-4bit",
+         dict(batch_size=1, num_layers=16, rank=16, scale=2.0, grad_checkpoint=True, quantize=True, lora_keys=QV),
+         (2000, 2048), 7.84, 0.005, "2026-08-26", "0.31", "high",
+         "keys q,v and rank 16 stated, 16 blocks, checkpointed; every row <= 2048 and two head-truncated to fit it, so "
+         "the widest batch is 2000-2048 (one epoch of 5,736 rows)", file=FOUND),
+    *(
+        _run(key, row, "code-index 56132696383", "mlx-community/Qwen3-4B-4bit",
+             dict(batch_size=1, num_layers=8, grad_checkpoint=True, quantize=True, max_seq_length=cap),
+             longest, peak, 0.005, "2026-06-12", "0.31", trust,
+             "Qwen3-4B-Instruct-2507 in 4 bits (the Qwen3-4B architecture), mlx-lm 0.31.3, 8 blocks, every linear, "
+             "checkpointed; " + how, file=FOUND)
+        for key, row, cap, longest, peak, trust, how in (
+            ("qwen3-4b-2507-2048", 14, 2048, 2048, 5.45, "high", "rows with 2,159-2,567-token prompts truncated to 2048"),
+            ("qwen3-4b-2507-3072", 15, 3072, (2160, 3072), 6.86, "medium",
+             "cap 3072 with longer rows dropped and the 2,159+-token ones kept: the widest 2160-3072"),
+        )
+    ),
+    *(
+        _run(key, row, "code-index 61705476032", "mlx-community/Qwen2.5-3B-Instruct-4bit",
+             dict(batch_size=1, num_layers=16, rank=8, grad_checkpoint=True, quantize=True),
+             longest, peak, rounding, "2026-08-15", "0.31", "medium",
+             "16 blocks, every linear (112 lora_b tensors), rank 8, checkpointed, on an 8 GB M1; " + how, file=FOUND)
+        for key, row, longest, peak, rounding, how in (
+            ("qwen2.5-3b-16-layers-trunc", 16, 2048, 4.606, 0.0005,
+             "the smoke run of the earlier config, its iteration-10 peak after a truncation warning (2610 -> 2048)"),
+            ("qwen2.5-3b-16-layers", 17, (513, 2048), 4.70, 0.005,
+             "the main run: 621 rows checked to fit 2048, 91.9% over 512 tokens"),
+        )
+    ),
 )
 
 RUNS = RUNS + RUNS_2026 + RUNS_FOUND
