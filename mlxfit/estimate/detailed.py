@@ -299,9 +299,18 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         # outputs). Counted per output as the mean of the two, so a float32 model's is s.
         z_bytes = max(s, trainable_bytes // max(trainable_elements, 1))
         adapter_outputs = B * T * (s + z_bytes) // 2 * over_blocks("adapter_out")
+    dora_half = 0
     if training.fine_tune_type == "dora":
-        # dora.py __call__: the adapted weight w + scale * B^T A^T (float32) of a layer.
+        # dora.py __call__: the adapted weight w + scale * B^T A^T (float32) of a layer, for the
+        # norm that rescales its output: one is alive at the peak, the one being built (traced
+        # on float32 Phi-3 and Qwen2 DoRA at 2 x 64, checkpointed or not).
         dora_weights = largest("dora_weight") * 4
+        if s < 4 and training.grad_checkpoint:
+            # Checkpointed on a half-precision model, every trained block's are (traced:
+            # benchmarks/trace_peak.py 41, a bf16 Gemma 2 DoRA of 4 blocks at 1 x 256, holds 22 of
+            # its 28 adapted weights in float32 at the peak, with mx.eval synchronous too; the same
+            # run in float32 holds one, and a bf16 Qwen2 DoRA not checkpointed 9 of 42).
+            dora_half = sum(trained.get("adapted_weights", ())) * 4
     # dora.py __call__ on a quantized base: w = mx.dequantize(...) and y = x @ w.T, whose VJP
     # needs w, so every adapted layer's dequantized weight (the model dtype) is kept until that
     # layer's backward (traced on the CPU: QDoRA of an 8-block 4-bit model at 1 x 32 holds one
@@ -316,7 +325,7 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
     qdora = training.fine_tune_type == "dora" and (training.quantize or model.quantized)
     qdora_weights = sum(trained.get("adapted_weights", ())) * s + dora_weights if qdora else 0
     if qdora:
-        dora_weights = 0
+        dora_weights = dora_half = 0
     by_width = {}
     for k in ("h", "qkv", "inter"):
         by_width[f"act_{k}_bytes"] = B * T * s * over_blocks(k)
@@ -355,6 +364,7 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         "qk_norm_full_bytes": B * T * s * over_blocks("qk_norm") if full else 0,
         "logits_bytes": B * T * V * s,
         "dora_bytes": dora_weights,
+        "dora_half_bytes": dora_half,
         "qdora_weights_bytes": qdora_weights,
         "adapter_act_bytes": adapter_outputs,
         # Measured: a model with fused projections (phi3) keeps each split output's
@@ -409,6 +419,7 @@ TERMS = (
     ("scores_softcap", "softcap_scores_bytes", "attention scores", KEPT),
     ("adapter_act", "adapter_act_bytes", "adapter outputs", KEPT),
     ("dora", "dora_bytes", "dora temporaries", KEPT),
+    ("dora_half", "dora_half_bytes", "dora temporaries", KEPT),
     ("dora_act", "dora_act_bytes", "dora temporaries", KEPT),
     ("qdora_weights", "qdora_weights_bytes", "dora temporaries", KEPT),
     ("logits", "logits_bytes", "logits and gradient", LOSS),
