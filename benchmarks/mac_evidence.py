@@ -251,7 +251,7 @@ def kind_ranges(ratios: dict, cpu_lo: float, cpu_hi: float) -> tuple[tuple[float
 
 # The share of residuals the CPU range leaves out at each end. Each CPU run scored against the
 # range of the others' cross-validated residuals: the 5th-95th percentile held 212 of 238 (89%), the
-# 2.5th-97.5th 224 (94%); one range for every kind held more than a range per kind (220 of 238).
+# 2.5th-97.5th 225 (95%); one range for every kind held more than a range per kind (218 of 238).
 CPU_TAIL = 0.025
 
 

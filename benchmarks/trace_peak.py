@@ -148,7 +148,7 @@ def replay(log: Path, tokens: int) -> tuple[int, int, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("index", type=int, help="a row of benchmarks/accuracy.py's grid or of its 2026 and 2028 checks")
+    parser.add_argument("index", type=int, help="a row of benchmarks/accuracy.py's grid or of its 2026 to 2030 checks")
     parser.add_argument("--set", default="{}", help="JSON overrides of the row (method, batch_size, ...)")
     parser.add_argument("--sync", action="store_true", help="no run-ahead: mx.eval waits for the worker")
     parser.add_argument("--steps", type=int, default=3, help="steps taken; the last is traced")
@@ -158,7 +158,7 @@ def main() -> None:
     sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
     import accuracy
 
-    rows = accuracy.grid() + accuracy.heldout_2026() + accuracy.heldout_2028()
+    rows = accuracy.grid() + accuracy.heldout_2026() + accuracy.heldout_2028() + accuracy.heldout_2029() + accuracy.heldout_2030()
     spec = {**next(s for s in rows if s["index"] == args.index), **json.loads(args.set)}
     log = Path(os.environ["MLXFIT_TRACE_SHIM"]).parent / "events.bin"
     r = run_step(spec, args.sync, args.steps, log)
