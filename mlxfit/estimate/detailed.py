@@ -319,9 +319,8 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
     # grad_checkpoint passes only the trainable parameters through mx.checkpoint, so the
     # recompute's dequantize of the frozen weights has the forward's inputs and the compiled
     # step's compile_simplify merges the two (traced: 4 checkpointed blocks keep all 4 blocks').
-    # The fitted dora term (the CPU grid's DoRA rows, all on dense bases) stands for the dense
-    # path's temporaries; on a quantized base what the trace shows is the kept weights plus one
-    # float32 adapted weight (w + scale * B^T A^T) being built, so that replaces it.
+    # On a quantized base the trace shows those kept weights plus the one float32 adapted weight
+    # being built, so qdora_weights takes the place of the dense path's two DoRA terms.
     qdora = training.fine_tune_type == "dora" and (training.quantize or model.quantized)
     qdora_weights = sum(trained.get("adapted_weights", ())) * s + dora_weights if qdora else 0
     if qdora:
