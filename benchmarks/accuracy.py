@@ -279,15 +279,20 @@ _WEAK_KINDS_2028 = [
 ]
 
 
+def _check(year: int, start: int, draws: int, weak_kinds: list, earlier: list[dict]) -> list[dict]:
+    """A held-out check: `draws` random configurations (seed `year`) and `weak_kinds`, indexed
+    from `start`, less any that repeat a configuration in `earlier` (one 2028 draw repeats 1010)."""
+    seen = {spec_key(s) for s in earlier}
+    drawn = [dict(s, index=start + s["index"], check=year) for s in random_grid(draws, seed=year)]
+    weak = [{"index": start + draws + i, "check": year, "weak_kind": True, "arch": arch, "dtype": dtype, "method": method,
+             "batch_size": batch, "max_seq_length": length, "rank": 8, "num_layers": layers, "grad_checkpoint": gc,
+             "optimizer": "adam"}
+            for i, (arch, dtype, method, batch, length, layers, gc) in enumerate(weak_kinds)]
+    return [s for s in drawn + weak if spec_key(s) not in seen]
+
+
 def heldout_2028() -> list[dict]:
-    """A draw that repeats a configuration measured before (one does: 2028 as 1010) is left out."""
-    seen = {spec_key(s) for s in grid() + heldout_2026()}
-    specs = [dict(s, index=HELDOUT_2028 + s["index"], heldout_2028=True) for s in random_grid(32, seed=2028) if spec_key(s) not in seen]
-    for i, (arch, dtype, method, batch, length, layers, gc) in enumerate(_WEAK_KINDS_2028):
-        specs.append({"index": HELDOUT_2028 + 32 + i, "heldout_2028": True, "weak_kind": True, "arch": arch, "dtype": dtype,
-                      "method": method, "batch_size": batch, "max_seq_length": length, "rank": 8, "num_layers": layers,
-                      "grad_checkpoint": gc, "optimizer": "adam"})
-    return specs
+    return _check(2028, HELDOUT_2028, 32, _WEAK_KINDS_2028, grid() + heldout_2026())
 
 
 # The 2029 check: drawn after the DoRA and soft-capping counts that the 2028 check prompted,
@@ -307,13 +312,7 @@ _WEAK_KINDS_2029 = [
 
 
 def heldout_2029() -> list[dict]:
-    seen = {spec_key(s) for s in grid() + heldout_2026() + heldout_2028()}
-    specs = [dict(s, index=HELDOUT_2029 + s["index"], heldout_2029=True) for s in random_grid(32, seed=2029) if spec_key(s) not in seen]
-    for i, (arch, dtype, method, batch, length, layers, gc) in enumerate(_WEAK_KINDS_2029):
-        specs.append({"index": HELDOUT_2029 + 32 + i, "heldout_2029": True, "weak_kind": True, "arch": arch, "dtype": dtype,
-                      "method": method, "batch_size": batch, "max_seq_length": length, "rank": 8, "num_layers": layers,
-                      "grad_checkpoint": gc, "optimizer": "adam"})
-    return [s for s in specs if spec_key(s) not in seen]
+    return _check(2029, HELDOUT_2029, 32, _WEAK_KINDS_2029, grid() + heldout_2026() + heldout_2028())
 
 
 # The 2030 check: drawn after the half-precision checkpointed DoRA count that the 2029 check
@@ -331,25 +330,15 @@ _WEAK_KINDS_2030 = [
 
 
 def heldout_2030() -> list[dict]:
-    seen = {spec_key(s) for s in grid() + heldout_2026() + heldout_2028() + heldout_2029()}
-    specs = [dict(s, index=HELDOUT_2030 + s["index"], heldout_2030=True) for s in random_grid(12, seed=2030) if spec_key(s) not in seen]
-    for i, (arch, dtype, method, batch, length, layers, gc) in enumerate(_WEAK_KINDS_2030):
-        specs.append({"index": HELDOUT_2030 + 12 + i, "heldout_2030": True, "weak_kind": True, "arch": arch, "dtype": dtype,
-                      "method": method, "batch_size": batch, "max_seq_length": length, "rank": 8, "num_layers": layers,
-                      "grad_checkpoint": gc, "optimizer": "adam"})
-    return [s for s in specs if spec_key(s) not in seen]
+    return _check(2030, HELDOUT_2030, 12, _WEAK_KINDS_2030, grid() + heldout_2026() + heldout_2028() + heldout_2029())
 
 
 def subset(spec: dict) -> str:
     """"fit", "held-out" (every third configuration of each architecture, which
     the random grid cycles through, so each is both fitted and tested), "fresh"
     or "after-fit" (the last two measured once the coefficients were fixed)."""
-    if spec.get("heldout_2030"):
-        return "weak kinds 2030" if spec.get("weak_kind") else "drawn 2030"
-    if spec.get("heldout_2029"):
-        return "weak kinds 2029" if spec.get("weak_kind") else "drawn 2029"
-    if spec.get("heldout_2028"):
-        return "weak kinds 2028" if spec.get("weak_kind") else "drawn 2028"
+    if "check" in spec:
+        return f"{'weak kinds' if spec.get('weak_kind') else 'drawn'} {spec['check']}"
     if spec.get("heldout_2026"):
         if spec.get("after_refit"):
             return "after the refit"
@@ -366,7 +355,7 @@ def subset(spec: dict) -> str:
 
 
 def spec_key(spec: dict) -> str:
-    body = {k: v for k, v in spec.items() if k not in ("index", "after_fit", "new_arch", "heldout_2026", "heldout_2028", "heldout_2029", "heldout_2030", "weak_kind", "after_refit")}
+    body = {k: v for k, v in spec.items() if k not in ("index", "after_fit", "new_arch", "heldout_2026", "check", "weak_kind", "after_refit")}
     body["config"] = ARCHS[spec["arch"]]
     return hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -691,11 +680,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="refit the CPU coefficients on the fit set")
     parser.add_argument("--no-measure", action="store_true", help="report from the cache only")
-    parser.add_argument("--heldout-2028", action="store_true", help="measure and report the 2028 held-out check only")
-    parser.add_argument("--heldout-2029", action="store_true", help="measure and report the 2029 held-out check only")
-    parser.add_argument("--heldout-2030", action="store_true", help="measure and report the 2030 held-out check only")
+    for year in HELDOUT_CHECKS:
+        parser.add_argument(f"--heldout-{year}", action="store_true", help=f"measure and report the {year} held-out check only")
     args = parser.parse_args()
-    for year in (2028, 2029, 2030):
+    for year in HELDOUT_CHECKS:
         if getattr(args, f"heldout_{year}"):
             return heldout_report(year, not args.no_measure)
 

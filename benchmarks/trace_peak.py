@@ -158,7 +158,7 @@ def main() -> None:
     sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
     import accuracy
 
-    rows = accuracy.grid() + accuracy.heldout_2026() + accuracy.heldout_2028() + accuracy.heldout_2029() + accuracy.heldout_2030()
+    rows = accuracy.grid() + accuracy.heldout_2026() + [s for draw, _ in accuracy.HELDOUT_CHECKS.values() for s in draw()]
     spec = {**next(s for s in rows if s["index"] == args.index), **json.loads(args.set)}
     log = Path(os.environ["MLXFIT_TRACE_SHIM"]).parent / "events.bin"
     r = run_step(spec, args.sync, args.steps, log)
