@@ -90,6 +90,9 @@ def run_step(spec: dict, sync: bool, steps: int, log: Path) -> dict:
     shim = ctypes.CDLL(os.environ["MLXFIT_TRACE_SHIM"])
     model_info, training = accuracy.model_and_training(spec)
     mx.set_cache_limit(0)
+    # Recording from the start, so that a free during the traced step of a buffer made before it
+    # (an old weight or optimizer state the update replaces) is logged with its size.
+    shim.mt_enable(1)
     if sync:
         mx.set_memory_limit(0)
     model = build(dict(accuracy.ARCHS[spec["arch"]], torch_dtype=spec["dtype"]), None, training)
@@ -113,7 +116,6 @@ def run_step(spec: dict, sync: bool, steps: int, log: Path) -> dict:
             mx.reset_peak_memory()
             before = mx.get_active_memory()
             shim.mt_reset()
-            shim.mt_enable(1)
         mx.eval(state, *step(batch))
         if i == steps:
             shim.mt_enable(0)
@@ -121,29 +123,47 @@ def run_step(spec: dict, sync: bool, steps: int, log: Path) -> dict:
     shim.mt_dump(str(log).encode())
     f = estimate(model_info, training).features
     return {"before": before, "peak": max(mx.get_peak_memory(), load_peak), "tokens": training.batch_size * f["tokens"],
+            "logits": f["logits_bytes"],
             "predicted": estimate(model_info, training).peak_bytes, "phase": f["phase"]}
 
 
-def replay(log: Path, tokens: int) -> tuple[int, int, dict]:
-    import numpy as np
+def replay(events, logits: int) -> tuple[int, int, int, int]:
+    """The most alive after the step began and the event it is reached at; also the most alive
+    while 3 or more logits-sized buffers are (the loss's backward) and its event (-1: never)."""
+    live, total, peak, at, loss_peak, loss_at, n_logits = {}, 0, 0, 0, 0, -1, 0
 
-    events = np.fromfile(log, dtype=[("size", "<i8"), ("ptr", "<u8")])
-    live, total, peak, at = {}, 0, 0, 0
+    def is_logits(size) -> bool:  # the allocator may add a few bytes to a request
+        return size is not None and abs(size - logits) <= 64
+
     for i, (size, ptr) in enumerate(events.tolist()):
         if size > 0:
             live[ptr] = size
             total += size
+            n_logits += is_logits(size)
             if total > peak:
                 peak, at = total, i
-        elif ptr in live:
-            total -= live.pop(ptr)
+        else:  # a buffer of this step, or one made before it (then it counts below the start)
+            n_logits -= is_logits(live.pop(ptr, None))
+            total += size
+        if n_logits >= 3 and total > loss_peak:
+            loss_peak, loss_at = total, i
+    return peak, at, loss_peak, loss_at
+
+
+def alive_at(events, at: int) -> collections.Counter:
     live = {}
     for size, ptr in events[: at + 1].tolist():
         if size > 0:
             live[ptr] = size
         else:
             live.pop(ptr, None)
-    return peak, at, collections.Counter(live.values())
+    return collections.Counter(live.values())
+
+
+def show(alive: collections.Counter, peak: int, tokens: int) -> None:
+    for size, n in sorted(alive.items(), key=lambda kv: -kv[0] * kv[1]):
+        if size * n >= 0.005 * peak:
+            print(f"  {size / 1e6:10.3f} x {n:4d} = {size * n / 1e6:8.1f}  ({size / 4 / tokens:.1f} 4-byte words per token)")
 
 
 def main() -> None:
@@ -162,15 +182,19 @@ def main() -> None:
     spec = {**next(s for s in rows if s["index"] == args.index), **json.loads(args.set)}
     log = Path(os.environ["MLXFIT_TRACE_SHIM"]).parent / "events.bin"
     r = run_step(spec, args.sync, args.steps, log)
-    peak, at, alive = replay(log, r["tokens"])
+    import numpy as np
+
+    events = np.fromfile(log, dtype=[("size", "<i8"), ("ptr", "<u8")])
+    peak, at, loss_peak, loss_at = replay(events, r["logits"])
     mb = 1e6
     print(f"{json.dumps(spec)}")
     print(f"MLX peak {r['peak'] / mb:.1f} MB (predicted {r['predicted'] / mb:.1f} MB, at the {r['phase']} moment); "
           f"before the step {r['before'] / mb:.1f} MB; traced: {peak / mb:.1f} MB more at event {at}")
     print("alive at the traced peak: size x count = MB (4-byte words per token)")
-    for size, n in sorted(alive.items(), key=lambda kv: -kv[0] * kv[1]):
-        if size * n >= 0.005 * peak:
-            print(f"  {size / mb:10.3f} x {n:4d} = {size * n / mb:8.1f}  ({size / 4 / r['tokens']:.1f} 4-byte words per token)")
+    show(alive_at(events, at), peak, r["tokens"])
+    if loss_at >= 0 and loss_at != at:
+        print(f"at the loss (the most alive while 3 or more logits-sized buffers are): {loss_peak / mb:.1f} MB more at event {loss_at}")
+        show(alive_at(events, loss_at), loss_peak, r["tokens"])
 
 
 if __name__ == "__main__":
