@@ -8,7 +8,9 @@ allocation of 32 KB or more and every free of one, during the last of a few trai
 as mlx-lm's trainer takes them (mlxfit/measure/steps.py: value_and_grad over default_loss, the compiled
 step, the optimizer update; the allocator cache off, so a free is a free). The log is replayed:
 the largest total alive, and what is alive then, by size, each size also as elements per token
-(B x T). `--sync` makes mx.eval wait for the worker after each task (memory limit 0), which
+(B x T); when the peak falls elsewhere, the same for the loss's backward (the most alive while
+three or more logits-sized buffers are). Recording starts before the model is built, so a buffer
+made before the traced step and freed in it (a weight the update replaces) counts as freed. `--sync` makes mx.eval wait for the worker after each task (memory limit 0), which
 removes the CPU's run-ahead (mlxfit/estimate/detailed.py ahead_of_loss) and shows the graph's own peak.
 Linux (glibc) only; the estimator's terms were checked against these traces.
 """

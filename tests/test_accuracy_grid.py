@@ -37,3 +37,20 @@ def test_every_architecture_is_fitted_and_tested():
     assert all(seen[a] == {"new-arch"} for a in accuracy.NEW_ARCHS)
     assert len(accuracy.NEW_ARCHS) >= 4
     assert sum(accuracy.subset(s) == "fresh" for s in accuracy.grid()) == accuracy.FRESH
+
+
+def test_a_trace_counts_the_frees_of_buffers_made_before_the_step():
+    """benchmarks/trace_peak.py replay: an update that frees an old weight (allocated before the
+    traced step) while it allocates the new one holds one weight's worth, not two."""
+    import numpy as np
+    import trace_peak
+
+    log = [(100, 1), (-50, 9), (80, 2), (-100, 1), (30, 3)]  # +100; an old 50 freed; +80; -100; +30
+    events = np.array(log, dtype=[("size", "<i8"), ("ptr", "<u8")])
+    peak, at, loss_peak, loss_at = trace_peak.replay(events, logits=0)
+    assert (peak, at) == (130, 2)  # 180 when the old buffer's free was not counted
+    assert loss_at == -1  # no logits-sized buffer was ever alive
+    assert trace_peak.alive_at(events, at) == {100: 1, 80: 1}
+    # The allocator may add a few bytes to a request: 6408 is logits-sized, 1000 is not.
+    logits = np.array([(6400, 1), (6400, 2), (1000, 5), (6408, 3), (-6400, 1), (4000, 6)], dtype=events.dtype)
+    assert trace_peak.replay(logits, logits=6400) == (20208, 3, 20208, 3)
