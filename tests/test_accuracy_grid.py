@@ -54,3 +54,14 @@ def test_a_trace_counts_the_frees_of_buffers_made_before_the_step():
     # The allocator may add a few bytes to a request: 6408 is logits-sized, 1000 is not.
     logits = np.array([(6400, 1), (6400, 2), (1000, 5), (6408, 3), (-6400, 1), (4000, 6)], dtype=events.dtype)
     assert trace_peak.replay(logits, logits=6400) == (20208, 3, 20208, 3)
+
+
+def test_each_held_out_check_is_new_configurations():
+    """A held-out check never repeats a configuration measured before it (the grid, the 2026
+    check, or an earlier check), so none of its runs was fitted or scored before."""
+    seen = {accuracy.spec_key(s) for s in accuracy.grid() + accuracy.heldout_2026()}
+    for year in sorted(accuracy.HELDOUT_CHECKS):
+        keys = [accuracy.spec_key(s) for s in accuracy.HELDOUT_CHECKS[year][0]()]
+        assert len(set(keys)) == len(keys) and not seen & set(keys), year
+        seen |= set(keys)
+    assert all(set(pooled) < set(accuracy.HELDOUT_CHECKS) for pooled in accuracy.POOLED.values())
