@@ -190,10 +190,11 @@ def read_data(model, resolved, skip_bad_lines, trust_remote_code, progress):
 
 
 def gather_advice(plan, stats, machine, backend):
-    from .estimate.advice import data_advice, growth_advice
+    from .estimate.advice import data_advice, growth_advice, weak_kind_advice
     from .estimate.calibration import stored
 
-    notes = data_advice(plan, stats) if stats is not None else []
+    notes = weak_kind_advice(plan)
+    notes += data_advice(plan, stats) if stats is not None else []
     if not machine.hypothetical:
         notes += growth_advice(plan, stored())
     return notes

@@ -70,3 +70,24 @@ def growth_advice(plan: Plan, measurements: list[dict]) -> list[str]:
                 "measure it again (--measure)"
             )
     return notes[:1]
+
+
+# Checkpointed full fine-tuning from this width on is the estimate's weakest kind: in the blind
+# CPU checks of 2030 and 2031 (benchmarks/results/accuracy_heldout_2031.md), 3 of its 10 runs at
+# 1,024-4,096 tokens read 13-22% low, the rest -3.4% to +4.3% (docs/accuracy-notes.md: in Qwen3 the
+# CPU's run-ahead puts the recompute's attention tensors beside the loss's buffers; Phi-3 peaks in
+# its last block with more than the fitted activations).
+WEAK_FULL_CHECKPOINT_WIDTH = 1024
+
+
+def weak_kind_advice(plan: Plan) -> list[str]:
+    """Say so when the run is of the kind the estimate is least sure of."""
+    training = plan.training
+    width = min(plan.length, training.max_seq_length) if plan.length else training.max_seq_length
+    if plan.selected.detailed is None or training.fine_tune_type != "full" or not training.grad_checkpoint:
+        return []
+    if width < WEAK_FULL_CHECKPOINT_WIDTH:
+        return []
+    return [f"checkpointed full fine-tuning at {width:,} tokens is the estimate's least sure kind: on the CPU, 3 of 10 "
+            "blind runs from 1,024 tokens read 13–22% below the measured peak (no public Mac run of it was found); "
+            "--measure runs real steps and is the way to be sure"]
