@@ -279,9 +279,11 @@ _WEAK_KINDS_2028 = [
 ]
 
 
-def _check(year: int, start: int, draws: int, weak_kinds: list, earlier: list[dict]) -> list[dict]:
+def _check(year: int, start: int, draws: int, weak_kinds: list) -> list[dict]:
     """A held-out check: `draws` random configurations (seed `year`) and `weak_kinds`, indexed
-    from `start`, less any that repeat a configuration in `earlier` (one 2028 draw repeats 1010)."""
+    from `start`, less any that repeat a configuration measured before it: the grid, the 2026
+    check and every earlier check of HELDOUT_CHECKS (one 2028 draw repeats 1010)."""
+    earlier = grid() + heldout_2026() + [s for y, (draw, _) in HELDOUT_CHECKS.items() if y < year for s in draw()]
     seen = {spec_key(s) for s in earlier}
     drawn = [dict(s, index=start + s["index"], check=year) for s in random_grid(draws, seed=year)]
     weak = [{"index": start + draws + i, "check": year, "weak_kind": True, "arch": arch, "dtype": dtype, "method": method,
@@ -292,7 +294,7 @@ def _check(year: int, start: int, draws: int, weak_kinds: list, earlier: list[di
 
 
 def heldout_2028() -> list[dict]:
-    return _check(2028, HELDOUT_2028, 32, _WEAK_KINDS_2028, grid() + heldout_2026())
+    return _check(2028, HELDOUT_2028, 32, _WEAK_KINDS_2028)
 
 
 # The 2029 check: drawn after the DoRA and soft-capping counts that the 2028 check prompted,
@@ -312,7 +314,7 @@ _WEAK_KINDS_2029 = [
 
 
 def heldout_2029() -> list[dict]:
-    return _check(2029, HELDOUT_2029, 32, _WEAK_KINDS_2029, grid() + heldout_2026() + heldout_2028())
+    return _check(2029, HELDOUT_2029, 32, _WEAK_KINDS_2029)
 
 
 # The 2030 check: drawn after the half-precision checkpointed DoRA count that the 2029 check
@@ -330,7 +332,7 @@ _WEAK_KINDS_2030 = [
 
 
 def heldout_2030() -> list[dict]:
-    return _check(2030, HELDOUT_2030, 12, _WEAK_KINDS_2030, grid() + heldout_2026() + heldout_2028() + heldout_2029())
+    return _check(2030, HELDOUT_2030, 12, _WEAK_KINDS_2030)
 
 
 # The 2031 check: more blind runs of the coefficients the 2030 check measured (no CPU term changed
@@ -350,8 +352,7 @@ _WEAK_KINDS_2031 = [
 
 
 def heldout_2031() -> list[dict]:
-    return _check(2031, HELDOUT_2031, 16, _WEAK_KINDS_2031,
-                  grid() + heldout_2026() + heldout_2028() + heldout_2029() + heldout_2030())
+    return _check(2031, HELDOUT_2031, 16, _WEAK_KINDS_2031)
 
 
 def subset(spec: dict) -> str:
