@@ -58,7 +58,7 @@ def growth_advice(plan: Plan, measurements: list[dict]) -> list[str]:
             continue
         # What was measured and what runs: batch × the widest batch (max_seq_length without data).
         was = m.get("length") or t.get("max_seq_length", 0)
-        now = min(plan.length, training.max_seq_length) if plan.length else training.max_seq_length
+        now = plan.batch_width
         smaller = t.get("batch_size", 0) <= training.batch_size and was <= now
         bigger = (t.get("batch_size"), was) != (training.batch_size, now)
         if smaller and bigger:
@@ -82,8 +82,7 @@ WEAK_FULL_CHECKPOINT_WIDTH = 1024
 
 def weak_kind_advice(plan: Plan) -> list[str]:
     """Say so when the run is of the kind the estimate is least sure of."""
-    training = plan.training
-    width = min(plan.length, training.max_seq_length) if plan.length else training.max_seq_length
+    training, width = plan.training, plan.batch_width
     if plan.selected.detailed is None or training.fine_tune_type != "full" or not training.grad_checkpoint:
         return []
     if width < WEAK_FULL_CHECKPOINT_WIDTH:

@@ -193,6 +193,12 @@ class Plan:
     def selected(self) -> Estimate:
         return next(e for e in self.estimates if e.selected)
 
+    @property
+    def batch_width(self) -> int:
+        """The width the estimates are for: the data's widest batch (mlx-lm truncates it to
+        --max-seq-length), or --max-seq-length without data."""
+        return min(self.length, self.training.max_seq_length) if self.length else self.training.max_seq_length
+
     def to_dict(self) -> dict:
         return {
             "machine": self.machine.to_dict(),

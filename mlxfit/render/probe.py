@@ -142,8 +142,7 @@ def run_fields(plan: Plan) -> list[str]:
         return fields + ["rule of thumb: batch, length and layers not counted"]
     fields.append("all layers" if training.num_layers == -1 else f"last {training.num_layers} layers")
     if plan.length is not None:
-        width = min(plan.length, training.max_seq_length)
-        fields.append(f"batch {training.batch_size} × {tokens(width)} (your data's widest batch; "
+        fields.append(f"batch {training.batch_size} × {tokens(plan.batch_width)} (your data's widest batch; "
                       f"--max-seq-length {training.max_seq_length})")
     else:
         fields.append(f"batch {training.batch_size} × {tokens(training.max_seq_length)} (the worst case; --data sizes yours)")
@@ -263,9 +262,8 @@ def rule_gap(plan: Plan) -> str | None:
     named = ("attention scores", "logits and gradient", "adapter outputs", "activations", "dora temporaries")
     parts = sorted(((n, e.detailed.parts.get(n, 0)) for n in named), key=lambda p: -p[1])
     big = ", ".join(f"{n} {format_gb(b)}" for n, b in parts[:3] if b)
-    width = min(plan.length, training.max_seq_length) if plan.length else training.max_seq_length
     return (f"The estimate is {e.predicted_bytes / e.rule_bytes:.1f}× the rule: at batch {training.batch_size} "
-            f"× {tokens(width)} the step holds {big}, which the rule's fixed 3-4 GB leaves out.")
+            f"× {tokens(plan.batch_width)} the step holds {big}, which the rule's fixed 3-4 GB leaves out.")
 
 
 SAME_SIZE_WITHIN = 1.5  # a catalog model within this factor of the parameters is "of this size"
