@@ -660,6 +660,11 @@ HELDOUT_CHECKS = {
 POOLED = {2031: (2030,)}
 
 
+def every_row() -> list[dict]:
+    """Every configuration with an index: the grid, the 2026 check and each HELDOUT_CHECKS year."""
+    return grid() + heldout_2026() + [s for draw, _ in HELDOUT_CHECKS.values() for s in draw()]
+
+
 def heldout_report(year: int, measure_now: bool) -> None:
     """A held-out check against its targets (module docstring), written to
     benchmarks/results/accuracy_heldout_<year>.md."""

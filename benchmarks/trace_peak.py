@@ -170,7 +170,7 @@ def show(alive: collections.Counter, peak: int, tokens: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("index", type=int, help="a row of benchmarks/accuracy.py's grid or of its 2026 to 2030 checks")
+    parser.add_argument("index", type=int, help="a row of benchmarks/accuracy.py's grid or of its held-out checks")
     parser.add_argument("--set", default="{}", help="JSON overrides of the row (method, batch_size, ...)")
     parser.add_argument("--sync", action="store_true", help="no run-ahead: mx.eval waits for the worker")
     parser.add_argument("--steps", type=int, default=3, help="steps taken; the last is traced")
@@ -180,8 +180,7 @@ def main() -> None:
     sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
     import accuracy
 
-    rows = accuracy.grid() + accuracy.heldout_2026() + [s for draw, _ in accuracy.HELDOUT_CHECKS.values() for s in draw()]
-    spec = {**next(s for s in rows if s["index"] == args.index), **json.loads(args.set)}
+    spec = {**next(s for s in accuracy.every_row() if s["index"] == args.index), **json.loads(args.set)}
     log = Path(os.environ["MLXFIT_TRACE_SHIM"]).parent / "events.bin"
     r = run_step(spec, args.sync, args.steps, log)
     import numpy as np

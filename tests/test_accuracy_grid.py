@@ -65,3 +65,10 @@ def test_each_held_out_check_is_new_configurations():
         assert len(set(keys)) == len(keys) and not seen & set(keys), year
         seen |= set(keys)
     assert all(set(pooled) < set(accuracy.HELDOUT_CHECKS) for pooled in accuracy.POOLED.values())
+
+
+def test_every_row_has_its_own_index():
+    """trace_peak.py and repeat_peak.py find a configuration by its index among all of them."""
+    indices = [s["index"] for s in accuracy.every_row()]
+    assert len(set(indices)) == len(indices)
+    assert {4020, 5002, 5025} <= set(indices)
