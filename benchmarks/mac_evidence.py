@@ -46,10 +46,10 @@ PRIOR = {
     # Attention: Metal trains with the same unfused graph as the CPU (one B x H x T x T
     # probability tensor per trained block kept until its backward; backend/metal/
     # scaled_dot_product_attention.cpp use_fallback when training), so the CPU's measured
-    # coefficients stand: scores 1.03 (one tensor per block), a block's backward 2.13 more,
-    # 0.68 for the recompute under checkpointing, and 1.66 at the loss where the last block's
-    # backward runs ahead into it (on Metal, buffers are freed only when their command buffer
-    # completes: a lag of the same kind, not measured).
+    # coefficients stand (coefficients.json cpu: scores, about one tensor per block; scores_once, a
+    # block's backward; scores_recompute, under checkpointing; scores_ahead, at the loss where the
+    # last block's backward runs ahead into it: on Metal, buffers are freed only when their command
+    # buffer completes, a lag of the same kind, not measured).
     # The cross-entropy's unfused graph (every public run predates mlx 0.32.3): the CPU measures
     # 3.0 x the logits at the loss's backward, plus the logits themselves.
     "logits": 4.0,

@@ -153,6 +153,12 @@ def test_probe_json_and_train_type_alias():
     assert data["estimate"]["peak_phase"].startswith("policy step")
 
 
+def test_mlx_lm_lora_accumulation_flag_is_accepted():
+    """mlx_lm_lora.train calls it --gradient-accumulation-steps, mlx_lm.lora --grad-accumulation-steps."""
+    out = probe("--model", "Qwen/Qwen3-0.6B", "--train-mode", "dpo", "--gradient-accumulation-steps", "4", "--memory", "16GB", "--json")
+    assert json.loads(out)["run"]["training"]["grad_accumulation_steps"] == 4
+
+
 def test_train_mode_from_yaml(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("train_mode: cpo\nbatch_size: 2\n")

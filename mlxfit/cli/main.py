@@ -75,7 +75,7 @@ def _default(name):
 @click.option("--batch-size", type=int, help=f"Examples per step [default: {_default('batch_size')}].")
 @click.option("--max-seq-length", type=int, help=f"Longest example in tokens [default: {_default('max_seq_length')}].")
 @click.option("--grad-checkpoint/--no-grad-checkpoint", default=None, help="Recompute activations in the backward pass (less memory, slower) [default: off].")
-@click.option("--grad-accumulation-steps", type=int, help="Steps accumulated before each optimizer update [default: 1].")
+@click.option("--grad-accumulation-steps", "--gradient-accumulation-steps", "grad_accumulation_steps", type=int, help="Steps accumulated before each optimizer update (--gradient-accumulation-steps: mlx_lm_lora.train's name) [default: 1].")
 @click.option("--rank", type=int, help=f"LoRA rank [default: {_default('rank')}].")
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), help=f"The optimizer, as in mlx_lm.lora; its state is part of the peak [default: {_default('optimizer')}].")
 @click.option("--mask-prompt/--no-mask-prompt", default=None, help="Mask the prompt in the loss, as mlx_lm.lora --mask-prompt.")
