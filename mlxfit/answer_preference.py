@@ -94,7 +94,12 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
             prompt_length = prompt_length or stats.widest
         else:
             length = stats.widest
+    notes = [size_note] if size_note else []
     if mode == "grpo":
+        cap = run.training.max_seq_length
+        if prompt_length is not None and prompt_length > cap:
+            notes.append(f"prompts are cut to --max-seq-length {cap}: a {prompt_length}-token prompt is counted as {cap}")
+            prompt_length = cap
         run = replace(run, prompt_length=prompt_length)
     backend = backend or machine.backend
     counted = est.shapes(model, run, length, prompt_length)
@@ -108,7 +113,7 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
     if do_measure:
         refuse_what_would_not_fit_here(est, model, run, estimate, backend, machine, reserve, length, reference, prompt_length)
         measured = _measure(model, run, estimate, timeout, steps, progress)
-    return PreferenceAnswer(machine, model, run, estimate, plans, stats, measured, [size_note] if size_note else [])
+    return PreferenceAnswer(machine, model, run, estimate, plans, stats, measured, notes)
 
 
 def reference_model(run):

@@ -88,6 +88,17 @@ def _mac_evidence():
     return mac_evidence
 
 
+def test_clear_with_export_deletes_nothing(tmp_path):
+    """Both at once used to export and silently skip the clear; now neither happens before the
+    user says which comes first."""
+    model = resolve_model("Qwen/Qwen3-0.6B")
+    store.record(model.id, TrainingConfig().to_dict(), "cpu", 1, {"peak_with_load_bytes": 2, "steps": 3},
+                 architecture=store.architecture_key(model))
+    result = CliRunner().invoke(cli, ["calibration", "--clear", "--export", str(tmp_path / "x.csv")])
+    assert result.exit_code == 2 and "export first" in result.output
+    assert len(store.stored()) == 1 and not (tmp_path / "x.csv").exists()
+
+
 def test_export_round_trips_into_the_evidence_without_user_paths(tmp_path):
     """A stored Metal measurement, exported as an evidence row, is read back by
     benchmarks/mac_evidence.py as the same run (model, settings, width, peak, versions), and

@@ -159,6 +159,22 @@ def test_mlx_lm_lora_accumulation_flag_is_accepted():
     assert json.loads(out)["run"]["training"]["grad_accumulation_steps"] == 4
 
 
+@pytest.mark.parametrize("flags, named", [(["--method", "qlora"], "--method is mlx_lm.lora's"),
+                                          (["--bits", "8"], "--bits is mlx_lm.lora's")])
+def test_mlx_lm_lora_runs_refuse_mlx_lm_only_flags(flags, named):
+    """--method and --bits were dropped without a word: the answer was for plain LoRA."""
+    out = probe("--model", "Qwen/Qwen3-0.6B", "--train-mode", "grpo", *flags, "--memory", "16GB", exit_code=2)
+    assert named in out and "Traceback" not in out
+
+
+def test_a_grpo_prompt_past_max_seq_length_is_cut_and_said():
+    """The text said prompt 2048 while --json kept 100000: both now say what is counted."""
+    data = json.loads(probe("--model", "Qwen/Qwen3-0.6B", "--train-mode", "grpo", "--prompt-length", "100000",
+                            "--memory", "16GB", "--json"))
+    assert data["run"]["prompt_length"] == 2048
+    assert any("prompts are cut to --max-seq-length 2048" in n for n in data["notes"])
+
+
 def test_train_mode_from_yaml(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("train_mode: cpo\nbatch_size: 2\n")

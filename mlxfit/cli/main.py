@@ -124,7 +124,9 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
             if given is not None:
                 raise BadInput(f"{flag} with --hostfile: the hostfile gives every host and its memory; leave {flag} out")
     pref = {k: training_flags.pop(k) for k in preference.FLAGS}
-    if preference.wanted(pref["train_mode"], config_path):  # mlx-lm-lora's dpo, cpo, orpo, grpo
+    mode = preference.mode_of(pref["train_mode"], config_path)
+    if mode != "sft":  # mlx-lm-lora's dpo, cpo, orpo, grpo
+        preference.refuse_sft_flags(mode, method is not None, training_flags.get("bits") is not None)
         return preference.probe(model_spec, config_path, data, training_flags, pref, get_machine(memory, gpu_memory, reserve),
                                 backend, do_measure, timeout, steps, json_, reserve)
     if json_:
@@ -218,10 +220,13 @@ def calibration(clear, export_path, json_):
       mlxfit calibration --clear                    # forget this machine's measurements
       mlxfit calibration --export my_runs.csv       # your measurements as evidence rows
     """
+    from ..errors import BadInput
     from ..estimate import calibration as store
 
+    if export_path and clear:
+        raise BadInput("--clear with --export: export first (mlxfit calibration --export FILE), "
+                       "then --clear, so nothing is deleted before it is written")
     if export_path:
-        from ..errors import BadInput
         from ..estimate import export
 
         machine = get_machine(None, None, None)

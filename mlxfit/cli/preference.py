@@ -41,12 +41,23 @@ def preference_options(fn=None, *, sweep: bool = False):
     return fn
 
 
-def wanted(train_mode: str | None, config_path: str | None) -> bool:
-    """Is this an mlx-lm-lora run (a mode other than sft, from the flag or the YAML)?"""
+def mode_of(train_mode: str | None, config_path: str | None) -> str:
+    """sft, or the mlx-lm-lora mode (dpo, cpo, orpo, grpo) from the flag or the YAML."""
     from ..model.preference import mode_from, read_yaml
 
-    mode = mode_from(train_mode, read_yaml(Path(config_path)) if config_path else {})
-    return mode != "sft"
+    return mode_from(train_mode, read_yaml(Path(config_path)) if config_path else {})
+
+
+def refuse_sft_flags(mode: str, method_given: bool, bits_given: bool) -> None:
+    """mlx_lm.lora's --method and --bits mean nothing to mlx_lm_lora.train: say so rather
+    than estimate a run the user did not ask for."""
+    from ..errors import BadInput
+
+    if method_given:
+        raise BadInput(f"--method is mlx_lm.lora's: with --train-mode {mode} use --train-type (lora, dora, full) "
+                       "and --load-in-4bits")
+    if bits_given:
+        raise BadInput("--bits is mlx_lm.lora's: mlx_lm_lora.train quantizes with --load-in-4bits, -6bits or -8bits")
 
 
 def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machine, backend, do_measure, timeout, steps,
