@@ -532,3 +532,40 @@ def test_a_full_disk_under_plot_keeps_the_results_and_leaves_no_empty_png(small,
     assert len(read_csv(out)) == 6 and "measured" in result.stdout
     last = result.stderr.strip().splitlines()[-1]  # after the progress lines
     assert last.startswith("Error: --plot") and "No space left on device" in last
+
+
+def test_method_and_type_that_disagree_are_refused_as_in_probe():
+    out = run("-m", "Qwen/Qwen3-0.6B", "--method", "qlora", "--fine-tune-type", "full", "--estimate-only",
+              "--memory", "16GB", exit_code=2).output
+    assert "--method qlora conflicts with --fine-tune-type full" in out
+
+
+def test_a_type_that_the_methods_vary_is_not_called_fixed():
+    """--method full,qlora over one --fine-tune-type dora runs a full fine-tune and a QDoRA:
+    the header named the first's type as fixed for both."""
+    out = run("-m", "Qwen/Qwen3-0.6B", "--method", "full,qlora", "--fine-tune-type", "dora", "--estimate-only",
+              "--memory", "16GB").output
+    fixed = next(line for line in out.splitlines() if line.startswith("Fixed"))
+    assert "type" not in fixed
+
+
+def test_max_by_estimate_says_when_probe_would_call_the_answer_tight():
+    """The margin is taken from the point estimate; probe judges the range against the whole
+    budget. When the two differ, the answer says so instead of calling the run plainly fitting."""
+    data = run_json("-m", "Qwen/Qwen3-0.6B", "--estimate-only", "--max", "batch_size", "--memory", "32GB",
+                    "--max-seq-length", "1024")["max"]
+    assert data["estimate_verdict"] == "tight"
+    out = run("-m", "Qwen/Qwen3-0.6B", "--estimate-only", "--max", "batch_size", "--memory", "32GB",
+              "--max-seq-length", "1024").output
+    assert "probe calls it tight" in out and "Measured:" not in out
+
+
+def test_lengths_past_the_models_context_are_refused_or_never_searched(model_folder, platform):
+    """probe refuses a --max-seq-length past max_position_embeddings; bench took it, and --max
+    could answer a length no run may use."""
+    platform(LINUX_CPU)
+    short = str(model_folder(dict(SMALL, max_position_embeddings=512), name="short"))
+    common = ["--model", short, "--num-layers", "-1", "--batch-size", "1", "--estimate-only", "--memory", "100GB"]
+    assert "past" in run(*common, "--max-seq-length", "1024", exit_code=2).output
+    found = run_json(*common, "--max", "max_seq_length")["max"]
+    assert found["value"] == 512

@@ -9,7 +9,8 @@ import click
 
 from ..errors import BadInput, MlxfitError
 from ..model.training import OPTIMIZERS, TrainingConfig
-from .preference import preference_options
+from ..model.runconfig import check_method
+from .preference import preference_options, refuse_sft_flags
 from .options import (
     CONTEXT_SETTINGS,
     get_machine,
@@ -112,6 +113,8 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     else:
         given = preference_sweeps(ctx, mode, given, maximize, pref)
     sweeps = {name: lib.parse_sweep(name, text) for name, text in given.items() if text is not None}
+    if given_flag(ctx, "fine_tune_type") and len(sweeps.get("method", ())) == 1 == len(sweeps["fine_tune_type"]):
+        check_method(sweeps["method"][0], sweeps["fine_tune_type"][0])  # as probe: one of each must agree
     if len(sweeps.get("max_completion_length", ())) > 1 and mode != "grpo":
         raise BadInput(f"--max-completion-length {given['max_completion_length']}: a list sweeps GRPO's completions, "
                        f"and --train-mode {mode} generates none")
@@ -163,6 +166,8 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         # What a measurement may take here: runs predicted over it are measured by slice.
         local_usable = local_usable_bytes(machine, reserve)
         base = TrainingConfig(optimizer=optimizer, bits=bits, group_size=group_size)
+        if setting:  # searched: its default is not the run's, and must not be checked as if it were
+            sweeps[setting] = (lib.SEARCH_UNITS[setting],)
         trainings = lib.combinations(model, base, sweeps)
         notes = [render_bench.hypothetical_note(machine)] if measuring and machine.hypothetical else []
     else:
@@ -200,6 +205,9 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     else:
         planned = plan_preference(pref_lib, model, runs, machine, reserve, backend, measuring, force, quiet=json_)
     varying = [name for name, values in sweeps.items() if len(values) > 1]
+    # --method full,qlora with one --fine-tune-type still gives runs of two types.
+    varying += [name for name, (_, shown) in render_bench.SETTING_COLUMNS.items()
+                if name not in varying and len({shown(t) for t in trainings}) > 1]
     if not json_:
         if mode == "sft":
             render_bench.render_header(machine, model, trainings[0], varying, out, measuring=measuring)
@@ -279,11 +287,7 @@ def preference_sweeps(ctx, mode: str, given: dict, maximize, pref: dict) -> dict
     if maximize:
         raise BadInput(f"--max is for sft runs: with --train-mode {mode}, sweep a list (--batch-size 1,2,4) "
                        "and read the largest that fits")
-    if given["method"] is not None:
-        raise BadInput(f"--method is mlx_lm.lora's: with --train-mode {mode} use --train-type (lora, dora, full) "
-                       "and --load-in-4bits")
-    if given_flag(ctx, "bits"):
-        raise BadInput("--bits is mlx_lm.lora's: mlx_lm_lora.train quantizes with --load-in-4bits, -6bits or -8bits")
+    refuse_sft_flags(mode, given["method"] is not None, given_flag(ctx, "bits"))
     sweeps = {name: given[name] for name in PREFERENCE_SWEPT if given_flag(ctx, name)}
     completion = pref.pop("max_completion_length")
     if completion is not None:

@@ -286,9 +286,10 @@ def check_method(method: str | None, fine_tune_type: str | None) -> None:
     if method is None or fine_tune_type is None:
         return
     if (method == "full") != (fine_tune_type == "full"):
+        goes_with = "full" if method == "full" else "lora or dora"
         raise BadInput(
             f"--method {method} conflicts with --fine-tune-type {fine_tune_type}: give one "
-            "(--method qlora goes with --fine-tune-type lora or dora)"
+            f"(--method {method} goes with --fine-tune-type {goes_with})"
         )
 
 
@@ -304,6 +305,22 @@ def with_method(training: TrainingConfig, method: str | None) -> TrainingConfig:
     return replace(training, fine_tune_type=fine_tune_type, quantize=(method == "qlora"))
 
 
+def context_of(model) -> tuple[int | None, bool]:
+    """The model's max_position_embeddings (None: not said), and whether its config has
+    rope_scaling, which may stretch it."""
+    from .architecture import text_config
+
+    config = text_config(model.config or {})
+    context = config.get("max_position_embeddings")
+    return (context if isinstance(context, int) else None), bool(config.get("rope_scaling"))
+
+
+def hard_context(model) -> int | None:
+    """The context no run may pass: max_position_embeddings where nothing stretches it."""
+    context, stretched = context_of(model)
+    return None if stretched else context
+
+
 def check_against_model(training: TrainingConfig, model) -> list[str]:
     """Settings that cannot be right for this model: an error, or a warning where
     the model's config says it may be meant (rope_scaling stretches the context)."""
@@ -311,16 +328,13 @@ def check_against_model(training: TrainingConfig, model) -> list[str]:
     if model.architecture is None:
         return warnings
     training.layers_trained(model.architecture.num_layers)
-    from .architecture import text_config
-
-    config = text_config(model.config or {})
-    context = config.get("max_position_embeddings")
-    if isinstance(context, int) and training.max_seq_length > context:
+    context, stretched = context_of(model)
+    if context is not None and training.max_seq_length > context:
         message = (
             f"--max-seq-length {training.max_seq_length:,} is past {model.id}'s context of "
             f"{context:,} tokens (max_position_embeddings)"
         )
-        if not config.get("rope_scaling"):
+        if not stretched:
             raise BadInput(f"{message}: give {context:,} or less")
         warnings.append(f"{message}; its rope_scaling may stretch that, check the model card")
     if training.fine_tune_type != "full" and training.lora_keys is not None and model.config is not None:

@@ -396,7 +396,11 @@ def render_max(result: MaxResult) -> None:
         console.print(table)
     elif result.value is not None:
         console.print(f"  predicted peak {size(result.estimate_bytes)} (estimate only)")
-    console.print(f"[dim]Measured: MLX's peak with the model load (what mlx-lm reports). {UNITS_NOTE}[/]")
+        if result.estimate_verdict != "fits":
+            console.print(f"  [yellow]probe calls it {result.estimate_verdict}[/]: the estimate's range reaches past the "
+                          f"whole {size(result.usable_bytes)} budget; --measure (without --estimate-only) settles it")
+    measured_note = "Measured: MLX's peak with the model load (what mlx-lm reports). " if result.measured else ""
+    console.print(f"[dim]{measured_note}{UNITS_NOTE}[/]")
 
 
 def check_plotting() -> None:

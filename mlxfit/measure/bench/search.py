@@ -9,7 +9,9 @@ from typing import Callable
 from ...errors import BadInput, MlxfitError
 from ...estimate.lengths import SEARCH_LIMIT_UNITS, largest
 from ...estimate.plan import predict
+from ...estimate.sizing import sized
 from ...model.resolve import ModelInfo
+from ...model.runconfig import hard_context
 from ...model.training import TrainingConfig
 from .. import parent as measuring
 from .once import measure_once, speed
@@ -54,6 +56,8 @@ class MaxResult:
     measured: bool
     settled: bool = False  # the measured runs found the limit (not cut off after max_runs)
     runs: tuple[SearchRun, ...] = field(default=())
+    # probe's verdict on the estimate's answer: its range against the whole budget, margin aside
+    estimate_verdict: str | None = None
 
     @property
     def unknown(self) -> bool:
@@ -76,6 +80,7 @@ class MaxResult:
             "measured_runs": len(self.runs),
             "estimate_value": self.estimate_value,
             "estimate_bytes": self.estimate_bytes,
+            "estimate_verdict": self.estimate_verdict,
             "target_bytes": self.target_bytes,
             "usable_bytes": self.usable_bytes,
             "margin": self.margin,
@@ -147,10 +152,12 @@ def find_max(
             cache[v] = predict(model, with_value(v), backend, calibration)[0]
         return cache[v]
 
-    start = largest(lambda v: predicted(v) <= target, unit)
+    context = hard_context(model) if setting == "max_seq_length" else None  # probe refuses a longer one
+    start = largest(lambda v: (context is None or v <= context) and predicted(v) <= target, unit)
     result = MaxResult(
         setting, training, backend, usable_bytes, margin, target, start,
         predicted(start) if start else None, start, measured=False,
+        estimate_verdict=sized(model, with_value(start), backend, usable_bytes, calibration)[1] if start else None,
     )
     if not measure_runs or start is None:
         return result

@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 from ...errors import BadInput
 from ...estimate.plan import predict, training_for
 from ...model.resolve import ModelInfo
+from ...model.runconfig import check_against_model
 from ...model.training import FINE_TUNE_TYPES, TrainingConfig
 from ...units import format_size
 from .. import parent as measuring
@@ -74,8 +75,7 @@ def combinations(model: ModelInfo, base: TrainingConfig, sweeps: dict) -> list[T
             training = training_for(method, training)
         if model.quantized and training.fine_tune_type != "full":
             training = replace(training, quantize=True)
-        if model.architecture is not None:
-            training.layers_trained(model.architecture.num_layers)  # the error names both numbers
+        check_against_model(training, model)  # as probe: layers past the model's, a length past its context
         if training not in out:
             out.append(training)
     return out
