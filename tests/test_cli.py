@@ -126,6 +126,11 @@ def test_fits_table_json(platform):
     by_size = {r["params"]: {e["method"]: e["fits"] for e in r["estimates"]} for r in rows}
     assert by_size[7 * 10**9] == {"lora": True, "qlora": True, "full": False}
     assert by_size[1_500_000_000]["full"] is True
+    # The table is each row's "answer" (the catalog model, detailed); the JSON says which is which.
+    data = run_json("fits", "--memory", "36GB")
+    assert set(data["basis"]) == {"answer", "estimates"} and data["basis"]["estimates"].startswith("rule")
+    answer = {r["params"]: r["answer"] for r in data["rows"]}
+    assert answer[7 * 10**9]["lora"]["basis"] == "detailed" and answer[7 * 10**9]["lora"]["verdict"] == "does not fit"
 
 
 def test_memory_json_on_a_recorded_mac(platform):
@@ -187,6 +192,7 @@ def test_help_and_version():
         (["probe", "--memory", "abc"], 2, "not a memory size: 'abc'"),
         (["probe", "--memory", "-4GB"], 2, "not a memory size"),
         (["probe", "--memory", "0GB"], 2, "memory size must be positive"),
+        (["probe", "--memory", "1B"], 2, "'1B' is 1 byte, under 1 MB: give the unit"),
         (["memory", "--memory", "12XB"], 2, "unknown unit 'XB'"),
         (["probe", "--model", "0B"], 2, "model size must be positive"),
         (["probe", "--batch-size", "0"], 2, "batch-size must be at least 1"),

@@ -199,3 +199,17 @@ def test_fits_takes_the_training_flags_and_shows_one_basis_per_cell():
     assert "By the rule of thumb" not in text  # no second verdict beside the detailed one
     line = next(l for l in text.splitlines() if l.strip().startswith("7B"))
     assert line.count("✓") + line.count("✗") + line.count("!") == 3 and "fits" not in line
+
+
+def test_a_dimension_past_mlx_int32_shapes_is_refused():
+    """A --batch-size of 10^17 hung probe in its plan search; MLX cannot even shape such an array."""
+    import mlx.core as mx
+
+    from mlxfit.model.training import MAX_DIMENSION
+
+    assert mx.zeros((MAX_DIMENSION,), dtype=mx.bool_).shape == (MAX_DIMENSION,)  # lazy: nothing allocated
+    with pytest.raises(OverflowError):
+        mx.zeros((MAX_DIMENSION + 1,), dtype=mx.bool_)
+    for flag in ("--batch-size", "--rank", "--max-seq-length"):
+        result = invoke("probe", "Qwen/Qwen3-0.6B", flag, str(10**17))
+        assert result.exit_code == 2 and "must be at most 2,147,483,647" in result.output, result.output

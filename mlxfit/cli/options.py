@@ -14,6 +14,9 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 
 
 class SizeParam(click.ParamType):
+    """A machine's memory: under a megabyte is a slip of the unit (1B is a byte, not a
+    billion), not a machine."""
+
     name = "SIZE"
 
     def convert(self, value, param, ctx):
@@ -22,9 +25,12 @@ class SizeParam(click.ParamType):
         if isinstance(value, int):
             return value
         try:
-            return parse_bytes(value)
+            size = parse_bytes(value)
         except MlxfitError as e:
             self.fail(str(e), param, ctx)
+        if size < 10**6:
+            self.fail(f"{value!r} is {size:,} byte{'' if size == 1 else 's'}, under 1 MB: give the unit, e.g. 16GB or 16GiB", param, ctx)
+        return size
 
 
 class ReserveParam(click.ParamType):

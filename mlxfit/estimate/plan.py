@@ -309,7 +309,9 @@ class FitsTable:
         refs = dict(self.references)
         return {
             "machine": self.machine.to_dict(),
-            "basis": "rule",
+            # "answer" is the table; "estimates" the rule of thumb beside it, for a model of that size
+            "basis": {"answer": "detailed: the catalog model of each size (the rule of thumb where there is none)",
+                      "estimates": "rule: the rule of thumb for a model of that size"},
             "rows": [
                 {"params": int(size * 1e9), "estimates": [e.to_dict() for e in estimates],
                  "reference": refs[size].to_dict() if size in refs else None,

@@ -15,6 +15,8 @@ OPTIMIZERS = ("adam", "adamw", "muon", "sgd", "adafactor")
 GROUP_SIZES = (32, 64, 128)
 
 
+MAX_DIMENSION = 2**31 - 1  # the longest dimension an MLX array may have (int32 shapes)
+
 @dataclass(frozen=True)
 class TrainingConfig:
     fine_tune_type: str = field(default="lora", metadata={"help": "lora, dora or full."})
@@ -48,6 +50,11 @@ class TrainingConfig:
         for name in ("batch_size", "max_seq_length", "rank", "grad_accumulation_steps", "group_size", "hosts"):
             if getattr(self, name) < 1:
                 raise BadInput(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        for name in ("batch_size", "max_seq_length", "rank"):
+            if getattr(self, name) > MAX_DIMENSION:
+                # mlx::core::Shape holds int32: no array has a dimension this long.
+                raise BadInput(f"{name.replace('_', '-')} must be at most {MAX_DIMENSION:,} (an MLX array's "
+                               f"dimension is 32-bit), got {getattr(self, name):,}")
         if self.num_layers == 0 or self.num_layers < -1:
             raise BadInput(f"num-layers must be positive or -1 (all), got {self.num_layers}")
         if self.bits not in (2, 3, 4, 5, 6, 8):
