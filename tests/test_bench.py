@@ -569,3 +569,8 @@ def test_lengths_past_the_models_context_are_refused_or_never_searched(model_fol
     assert "past" in run(*common, "--max-seq-length", "1024", exit_code=2).output
     found = run_json(*common, "--max", "max_seq_length")["max"]
     assert found["value"] == 512
+
+
+def test_force_without_measuring_is_refused():
+    out = run("-m", "Qwen/Qwen3-0.6B", "--estimate-only", "--force", "--memory", "16GB", exit_code=2).output
+    assert "--force measures combinations" in out

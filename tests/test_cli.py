@@ -199,6 +199,10 @@ def test_help_and_version():
         (["probe", "--max-seq-length", "0"], 2, "max-seq-length must be at least 1"),
         (["probe", "--num-layers", "99"], 2, "Requested to train 99 layers but the model only has 28 layers"),
         (["probe", "--reserve", "2"], 2, "reserve must be a fraction"),
+        # Flags that would change nothing are named, not dropped.
+        (["probe", "--beta", "0.5"], 2, "--beta is mlx_lm_lora.train's: add --train-mode"),
+        (["probe", "--steps", "4"], 2, "--steps is about measuring: add --measure"),
+        (["probe", "--timeout", "60"], 2, "--timeout is about measuring: add --measure"),
     ],
 )
 def test_bad_input_is_one_line_and_an_exit_status(args, code, message):

@@ -10,10 +10,11 @@ import click
 from ..errors import BadInput, MlxfitError
 from ..model.training import OPTIMIZERS, TrainingConfig
 from ..model.runconfig import check_method
-from .preference import preference_options, refuse_sft_flags
+from .preference import preference_options, refuse_mode_flags, refuse_sft_flags
 from .options import (
     CONTEXT_SETTINGS,
     get_machine,
+    given_flag,
     handle_errors,
     json_option,
     local_calibration,
@@ -24,7 +25,6 @@ from .options import (
 
 LIST = "N[,N...]"
 MAX_CHOICES = ("batch_size", "max_seq_length", "batch-size", "max-seq-length")
-PREFERENCE_MODES = "dpo, cpo, orpo or grpo"
 # What --train-mode dpo, cpo, orpo or grpo sweeps of bench's own flags; left at
 # their defaults, mlx-lm-lora's defaults apply (all blocks, batch 1).
 PREFERENCE_SWEPT = ("fine_tune_type", "num_layers", "batch_size", "max_seq_length", "rank", "grad_checkpoint")
@@ -106,10 +106,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         "max_seq_length": max_seq_length, "rank": rank, "grad_checkpoint": grad_checkpoint,
     }
     if mode == "sft":
-        mlx_lm_lora_only = [n for n, v in pref.items() if v is not None]
-        if mlx_lm_lora_only:
-            flag = "--" + mlx_lm_lora_only[0].replace("_", "-")
-            raise BadInput(f"{flag} is mlx_lm_lora.train's: add --train-mode {PREFERENCE_MODES}")
+        refuse_mode_flags(pref)
     else:
         given = preference_sweeps(ctx, mode, given, maximize, pref)
     sweeps = {name: lib.parse_sweep(name, text) for name, text in given.items() if text is not None}
@@ -138,6 +135,8 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
 
     model = resolve_model(model_spec)
     measuring = not estimate_only
+    if force and not measuring:
+        raise BadInput("--force measures combinations predicted not to fit: it means nothing with --estimate-only")
     if mode != "sft":
         from ..model.preference import require_extra
 
@@ -275,10 +274,6 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
 
 
 # --- --train-mode dpo, cpo, orpo, grpo: mlx-lm-lora's runs -----------------------------
-
-
-def given_flag(ctx, name: str) -> bool:
-    return ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
 
 
 def preference_sweeps(ctx, mode: str, given: dict, maximize, pref: dict) -> dict:

@@ -13,6 +13,7 @@ from .preference import preference_options
 from .options import (
     CONTEXT_SETTINGS,
     get_machine,
+    given_flag,
     handle_errors,
     json_option,
     machine_options,
@@ -116,7 +117,9 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     from ..model.runconfig import one_model
 
     model_spec = one_model(model_arg, model_spec)
-    for flag, given in (("--slice", by_slice), ("--force", force)):
+    ctx = click.get_current_context()
+    for flag, given in (("--slice", by_slice), ("--force", force),
+                        ("--timeout", given_flag(ctx, "timeout")), ("--steps", given_flag(ctx, "steps"))):
         if given and not do_measure:
             raise BadInput(f"{flag} is about measuring: add --measure (or leave {flag} out)")
     if hostfile:
@@ -125,7 +128,9 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
                 raise BadInput(f"{flag} with --hostfile: the hostfile gives every host and its memory; leave {flag} out")
     pref = {k: training_flags.pop(k) for k in preference.FLAGS}
     mode = preference.mode_of(pref["train_mode"], config_path)
-    if mode != "sft":  # mlx-lm-lora's dpo, cpo, orpo, grpo
+    if mode == "sft":
+        preference.refuse_mode_flags(pref)
+    else:  # mlx-lm-lora's dpo, cpo, orpo, grpo
         preference.refuse_sft_flags(mode, method is not None, training_flags.get("bits") is not None)
         return preference.probe(model_spec, config_path, data, training_flags, pref, get_machine(memory, gpu_memory, reserve),
                                 backend, do_measure, timeout, steps, json_, reserve)

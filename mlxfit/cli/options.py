@@ -13,6 +13,11 @@ from ..errors import MlxfitError
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
+def given_flag(ctx, name: str) -> bool:
+    """Did the user give this option (on the command line), rather than leave its default?"""
+    return ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
+
+
 class SizeParam(click.ParamType):
     """A machine's memory: under a megabyte is a slip of the unit (1B is a byte, not a
     billion), not a machine."""

@@ -9,6 +9,7 @@ import click
 
 from ..model.preference import CONFIG_DEFAULTS, MODES
 
+MODE_WORDS = "dpo, cpo, orpo or grpo"  # the --train-mode values that are mlx_lm_lora.train's
 FLAGS = ("train_mode", "beta", "reference_model_path", "max_completion_length", "efficient_long_context",
          "load_in_4bits", "load_in_6bits", "load_in_8bits", "prompt_length")
 
@@ -46,6 +47,16 @@ def mode_of(train_mode: str | None, config_path: str | None) -> str:
     from ..model.preference import mode_from, read_yaml
 
     return mode_from(train_mode, read_yaml(Path(config_path)) if config_path else {})
+
+
+def refuse_mode_flags(pref: dict) -> None:
+    """mlx_lm_lora.train's own flags on an sft run (mlx_lm.lora) would change nothing: say so."""
+    from ..errors import BadInput
+
+    given = [name for name, value in pref.items() if name != "train_mode" and value is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise BadInput(f"{flag} is mlx_lm_lora.train's: add --train-mode {MODE_WORDS}")
 
 
 def refuse_sft_flags(mode: str, method_given: bool, bits_given: bool) -> None:
