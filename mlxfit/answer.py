@@ -130,16 +130,11 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
         longest = longest_examples(plan)  # sized at max_seq_length, every batch is the worst case
     comparison = None
     if do_measure:
-        from .measure.parent import InterruptWatch, MeasurementInterrupted
+        from .measure.parent import stopping_children
 
-        # Ctrl-C, SIGTERM, SIGHUP: the child is stopped and its folder removed, as in bench.
-        with InterruptWatch() as watch:
-            try:
-                comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, progress=progress,
-                                             by_slice=by_slice, local_usable=local_usable_bytes(machine, reserve))
-            except MeasurementInterrupted as e:
-                e.exit_code = watch.exit_code
-                raise
+        with stopping_children():
+            comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, progress=progress,
+                                         by_slice=by_slice, local_usable=local_usable_bytes(machine, reserve))
     selected = plan.selected
     host_range = selected.predicted_range_bytes if selected.detailed else None
     host_checks = [h.check(selected.predicted_bytes, host_range) for h in host_list] if host_list else None
@@ -207,6 +202,7 @@ def run_measurement(plan, force, timeout, steps, progress=None, by_slice=False, 
     from .estimate.plan import predict
     from .machine import mlx_backend
     from .measure.parent import Comparison, measure, request_for
+    from .measure.slicing import slice_needed
     from .units import format_size
 
     progress = progress or Silent()
@@ -216,12 +212,12 @@ def run_measurement(plan, force, timeout, steps, progress=None, by_slice=False, 
     predicted, _ = predict(plan.model, plan.training, backend, plan.calibration, plan.length)
     usable = plan.machine.usable_bytes
     here = usable if local_usable is None else local_usable
-    if plan.model.architecture is None and predicted > here and not force:
+    if plan.model.architecture is None and slice_needed(predicted, here, force):
         raise MlxfitError(
             f"refusing to measure: the estimate ({format_size(predicted)}) exceeds {_budget_words(plan, here)} and "
             f"{plan.model.id} has no architecture to measure by slice; change the run or pass --force"
         )
-    if plan.model.architecture is not None and (by_slice or (predicted > here and not force)):
+    if plan.model.architecture is not None and (by_slice or slice_needed(predicted, here, force)):
         measurement = measure_slices(plan, backend, here, force, timeout, steps, progress, whole=predicted)
     else:
         expected_duration(plan, timeout, steps, progress)  # stops before building when past --timeout

@@ -155,11 +155,12 @@ def refuse_what_would_not_fit_here(est, model, run, estimate, backend, machine, 
 
 def _measure(model, run, estimate, timeout, steps, progress):
     from .errors import MlxfitError
+    from .measure.parent import stopping_children
     from .measure.preference import measure as run_measure
     from .model.preference import EXTRA, installed
 
     if not installed():
         raise MlxfitError(f"--measure with --train-mode {run.mode} runs mlx-lm-lora's trainer, which is not installed: {EXTRA}")
-    with progress.measurement() as on_event:
+    with stopping_children(), progress.measurement() as on_event:
         return run_measure(model, run, estimate.length, prompt_length=estimate.prompt_length, steps=min(steps, 4),
                            timeout=timeout, on_event=on_event)

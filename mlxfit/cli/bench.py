@@ -85,7 +85,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     hold is not measured, even with --force (it cannot be measured by slice).
 
     Exit status 3: a measurement timed out, so whether that run fits is unknown
-    (never reported as "does not fit"); 130: interrupted.
+    (never reported as "does not fit"); 130 (143, 129: SIGTERM, SIGHUP): interrupted.
 
     \b
     Examples:
@@ -235,8 +235,8 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
                                   f"{len(planned)}; the rows above are every one measured, and the {written + resumed} "
                                   f"written before stay in {out} for --resume" + (" (no plot drawn)" if plot else ""))
                         break
-        except KeyboardInterrupt:
-            interrupted = True
+        except KeyboardInterrupt as e:
+            interrupted = getattr(e, "exit_code", 130)  # 128 + the signal's number
     if plot and rows and failed is None:
         try:
             title = f"{model.id} · {backend}" if mode == "sft" else f"{model.id} · {mode} · {backend}"
@@ -256,7 +256,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
             "swept": {name: list(values) for name, values in sweeps.items() if name in varying},
             "total": len(planned),
             "resumed": resumed,
-            "interrupted": interrupted,
+            "interrupted": bool(interrupted),
             "out": out,
             "plot": plot if rows else None,
             "rows": [row.to_dict() for row in rows],
@@ -268,7 +268,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     if failed:
         raise MlxfitError(failed)
     if interrupted:
-        ctx.exit(130)
+        ctx.exit(interrupted)
     if any(row.status == lib.UNKNOWN for row in rows):
         ctx.exit(lib.EXIT_UNKNOWN)
 

@@ -92,11 +92,12 @@ def handle_errors(fn):
                 message = f"{e.filename}: {e.strerror or e}" if e.filename else str(e)
             click.echo(f"Error: {message}", err=True)
             click.get_current_context().exit(1)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             if os.environ.get("MLXFIT_DEBUG"):
                 raise
             click.echo("Interrupted.", err=True)
-            click.get_current_context().exit(130)  # 128 + SIGINT, as shells report it
+            # 128 + the signal's number, as shells report it (SIGINT unless a watch saw another)
+            click.get_current_context().exit(getattr(e, "exit_code", 130))
         except MlxfitError as e:
             if os.environ.get("MLXFIT_DEBUG"):
                 raise

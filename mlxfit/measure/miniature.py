@@ -166,7 +166,7 @@ def _count(todo: dict, on_event) -> dict:
     from ..estimate.reference import reference_bytes
     from ..estimate.detailed import counted_totals
     from ..model.resolve import _from_config
-    from .parent import MeasurementFailed, run_child
+    from .parent import MeasurementFailed, MeasurementInterrupted, run_child, stopping_children
     from .preference import request_for
 
     requests, plans = [], []
@@ -199,8 +199,11 @@ def _count(todo: dict, on_event) -> dict:
 
     try:
         if requests:
-            run_child({"miniatures": requests}, SECONDS_EACH * (len(requests) + 2), event,
-                      module="mlxfit.measure.preference_child")
+            with stopping_children():  # whoever called: a signal stops the child first
+                run_child({"miniatures": requests}, SECONDS_EACH * (len(requests) + 2), event,
+                          module="mlxfit.measure.preference_child")
+    except MeasurementInterrupted:
+        raise  # a signal ends the command, not just the count
     except MeasurementFailed:
         pass  # what was counted before the failure is kept
     peaks = [seen.get(i) for i in range(len(requests))]

@@ -12,6 +12,7 @@ import os
 import queue
 import resource
 import signal
+from contextlib import contextmanager
 import subprocess
 import sys
 import tempfile
@@ -96,6 +97,28 @@ class InterruptWatch:
     def __exit__(self, *exc):
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal ended a sweep between or during measurements, its child already
+    stopped: the command exits as the shell reports that signal."""
+
+    def __init__(self, exit_code: int = 130):
+        super().__init__()
+        self.exit_code = exit_code
+
+
+@contextmanager
+def stopping_children():
+    """Every child started inside (a measurement, the miniatures) is stopped, and its
+    folder removed, by whichever signal ends the command; the command then exits
+    with 128 + that signal's number (MeasurementInterrupted.exit_code)."""
+    with InterruptWatch() as watch:
+        try:
+            yield watch
+        except MeasurementInterrupted as e:
+            e.exit_code = watch.exit_code
+            raise
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ def attempt(measure):
             return measure(), None
         except measuring.MeasurementFailed as e:
             if watch.seen:
-                raise KeyboardInterrupt from None
+                raise measuring.Interrupted(watch.exit_code) from None
             return None, e
 
 
