@@ -76,3 +76,19 @@ def test_probe_measure_says_it_would_run_past_the_timeout_and_builds_nothing(mon
     # The default run on a small budget is measured by slices: said too, with no --slice to offer.
     result = CliRunner().invoke(cli, ["probe", "--measure", "--memory", "24GB"], env={"COLUMNS": "80"})
     assert result.exit_code == 1 and "over 4 slices" in " ".join(result.output.split()), result.output
+
+
+def test_a_short_expectation_reads_as_a_person_would_say_it():
+    """A tiny run was announced as 'about 0 s-0 s'."""
+    from mlxfit.render.measurement import render_expectation
+    from mlxfit.render.text import console
+
+    def said(operations):
+        e = duration.Expectation(steps=(3, 6), operations=operations, rate=1e9, dtype="float32")
+        with console.capture() as captured:
+            render_expectation(e)
+        return " ".join(captured.get().split())
+
+    assert said((1e8, 5e8)).startswith("Expect under a second:")
+    assert said((3e10, 3.2e10)).startswith("Expect about 30 s-32 s:")
+    assert said((3e10, 3.02e10)).startswith("Expect about 30 s:")

@@ -111,6 +111,13 @@ class SlicePlan:
                 "blocks": [s.to_dict() for s in self.slices]}
 
 
+def slice_needed(predicted_bytes: int, here_usable_bytes: int | None, force: bool = False) -> bool:
+    """Is a run measured by slice? When its estimate does not fit this machine's own
+    budget (a measurement always runs here, whatever budget the plan is for), unless
+    --force measures it whole. probe, bench's sweep and bench --max decide with this."""
+    return not force and here_usable_bytes is not None and predicted_bytes > here_usable_bytes
+
+
 def _signature(block: Block) -> tuple:
     return (block.kind, block.heads, block.kv_heads, block.head_dim, block.qkv, block.intermediate, block.experts,
             block.experts_per_token, block.expert_intermediate, block.recurrent,

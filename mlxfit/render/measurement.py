@@ -98,8 +98,9 @@ def render_expectation(expectation) -> None:
     from ..estimate.duration import words
     from ..units import format_seconds
 
-    print_hanging(f"[bold]Expect[/]   about {format_seconds(expectation.low_seconds)}-"
-                  f"{format_seconds(expectation.high_seconds)}: {words(expectation)}, plus building the model")
+    low, high = format_seconds(expectation.low_seconds), format_seconds(expectation.high_seconds)
+    span = "under a second" if expectation.high_seconds < 1 else f"about {low}" if low == high else f"about {low}-{high}"
+    print_hanging(f"[bold]Expect[/]   {span}: {words(expectation)}, plus building the model")
 
 
 def render_slices(plan, slices, need: int, usable: int, whole: int | None) -> None:

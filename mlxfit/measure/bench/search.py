@@ -14,6 +14,7 @@ from ...model.resolve import ModelInfo
 from ...model.runconfig import hard_context
 from ...model.training import TrainingConfig
 from .. import parent as measuring
+from ..slicing import slice_needed
 from .once import measure_once, speed
 
 # --max: search units and how far the doubling may go before giving up.
@@ -168,7 +169,7 @@ def find_max(
     candidate = start
     while len(runs) < max_runs:
         on_event({"event": "search", "value": candidate, "run": len(runs) + 1, "predicted_bytes": predicted(candidate)})
-        by_slice = local_usable_bytes is not None and predicted(candidate) > local_usable_bytes
+        by_slice = slice_needed(predicted(candidate), local_usable_bytes)
         m, failure = measure_once(model, with_value(candidate), steps, timeout, on_event, by_slice)
         if m is None and failure.unknown:
             # Timed out: whether it fits is unknown, so it bounds nothing. Stop

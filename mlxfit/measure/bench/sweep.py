@@ -15,6 +15,7 @@ from ...model.runconfig import check_against_model
 from ...model.training import FINE_TUNE_TYPES, TrainingConfig
 from ...units import format_size
 from .. import parent as measuring
+from ..slicing import slice_needed
 from .log import _ON, ESTIMATED, FAILED, FINAL, MEASURED, SKIPPED, UNKNOWN, Row, config_key
 from .once import measure_once, speed
 
@@ -187,7 +188,7 @@ def run_sweep(
             )
             return Row(model.id, p.training, status, backend, p.predicted_bytes, usable_bytes, reason=reason)
         tic = time.monotonic()
-        by_slice = not force and local_usable_bytes is not None and p.predicted_bytes > local_usable_bytes
+        by_slice = slice_needed(p.predicted_bytes, local_usable_bytes, force)
         m, failure = measure_once(model, p.training, steps, timeout, on_event, by_slice)
         wall = time.monotonic() - tic
         if m is None:
