@@ -109,34 +109,12 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         refuse_mode_flags(pref)
     else:
         given = preference_sweeps(ctx, mode, given, maximize, pref)
-    sweeps = {name: lib.parse_sweep(name, text) for name, text in given.items() if text is not None}
-    if given_flag(ctx, "fine_tune_type") and len(sweeps.get("method", ())) == 1 == len(sweeps["fine_tune_type"]):
-        check_method(sweeps["method"][0], sweeps["fine_tune_type"][0])  # as probe: one of each must agree
-    if len(sweeps.get("max_completion_length", ())) > 1 and mode != "grpo":
-        raise BadInput(f"--max-completion-length {given['max_completion_length']}: a list sweeps GRPO's completions, "
-                       f"and --train-mode {mode} generates none")
-    setting = maximize.replace("-", "_") if maximize else None
-    if setting:
-        flag = "--" + setting.replace("_", "-")
-        if ctx.get_parameter_source(setting) != click.core.ParameterSource.DEFAULT:
-            raise BadInput(f"--max {setting} searches {flag}: leave {flag} out")
-        several = [f"--{n.replace('_', '-')} {given[n]}" for n, v in sweeps.items() if len(v) > 1]
-        if several:
-            raise BadInput(f"--max searches one setting; give the others one value each (got {', '.join(several)})")
-        for option, value in (("--out", out), ("--resume", resume), ("--plot", plot), ("--force", force)):
-            if value:
-                raise BadInput(f"{option} is for sweeps, not for --max")
-    if resume and not out:
-        raise BadInput("--resume needs --out: the CSV of the sweep to resume")
-    for option, path in (("--out", out), ("--plot", plot)):
-        check_writable(option, path)  # before any measurement is spent
+    sweeps, setting = checked_sweeps(ctx, mode, given, maximize, out, resume, plot, force, estimate_only)
     if plot:
         render_bench.check_plotting()
 
     model = resolve_model(model_spec)
     measuring = not estimate_only
-    if force and not measuring:
-        raise BadInput("--force measures combinations predicted not to fit: it means nothing with --estimate-only")
     if mode != "sft":
         from ..model.preference import require_extra
 
@@ -274,6 +252,38 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
 
 
 # --- --train-mode dpo, cpo, orpo, grpo: mlx-lm-lora's runs -----------------------------
+
+
+def checked_sweeps(ctx, mode: str, given: dict, maximize, out, resume, plot, force, estimate_only) -> tuple[dict, str | None]:
+    """The lists to sweep ({setting: values}) and the setting --max searches (None: a
+    sweep), once every combination of flags that would mean nothing is refused, and
+    before anything is resolved or measured."""
+    from ..measure import bench as lib
+
+    sweeps = {name: lib.parse_sweep(name, text) for name, text in given.items() if text is not None}
+    if given_flag(ctx, "fine_tune_type") and len(sweeps.get("method", ())) == 1 == len(sweeps["fine_tune_type"]):
+        check_method(sweeps["method"][0], sweeps["fine_tune_type"][0])  # as probe: one of each must agree
+    if len(sweeps.get("max_completion_length", ())) > 1 and mode != "grpo":
+        raise BadInput(f"--max-completion-length {given['max_completion_length']}: a list sweeps GRPO's completions, "
+                       f"and --train-mode {mode} generates none")
+    if force and estimate_only:
+        raise BadInput("--force measures combinations predicted not to fit: it means nothing with --estimate-only")
+    setting = maximize.replace("-", "_") if maximize else None
+    if setting:
+        flag = "--" + setting.replace("_", "-")
+        if given_flag(ctx, setting):
+            raise BadInput(f"--max {setting} searches {flag}: leave {flag} out")
+        several = [f"--{n.replace('_', '-')} {given[n]}" for n, v in sweeps.items() if len(v) > 1]
+        if several:
+            raise BadInput(f"--max searches one setting; give the others one value each (got {', '.join(several)})")
+        for option, value in (("--out", out), ("--resume", resume), ("--plot", plot), ("--force", force)):
+            if value:
+                raise BadInput(f"{option} is for sweeps, not for --max")
+    if resume and not out:
+        raise BadInput("--resume needs --out: the CSV of the sweep to resume")
+    for option, path in (("--out", out), ("--plot", plot)):
+        check_writable(option, path)  # before any measurement is spent
+    return sweeps, setting
 
 
 def preference_sweeps(ctx, mode: str, given: dict, maximize, pref: dict) -> dict:
