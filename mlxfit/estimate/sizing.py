@@ -97,5 +97,11 @@ def sized(model: ModelInfo, training: TrainingConfig, backend: str, usable_bytes
     """(predicted peak bytes, verdict) of one candidate run, judged as probe judges
     the run itself: by the estimate's range on this backend against the budget."""
     need, _ = predict(model, training, backend, calibration, length)
+    return need, judged(need, training, backend, usable_bytes)
+
+
+def judged(need: int, training: TrainingConfig, backend: str, usable_bytes: int) -> str:
+    """probe's verdict on an estimate already made: its range on this backend, for this
+    kind of run, against the budget."""
     kind = run_kind(training.fine_tune_type, training.grad_checkpoint)
-    return need, verdict(*predicted_range(need, backend, kind=kind), usable_bytes)
+    return verdict(*predicted_range(need, backend, kind=kind), usable_bytes)

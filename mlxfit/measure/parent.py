@@ -12,13 +12,13 @@ import os
 import queue
 import resource
 import signal
-from contextlib import contextmanager
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable

@@ -13,9 +13,8 @@ from ..errors import BadInput
 FINE_TUNE_TYPES = ("lora", "dora", "full")
 OPTIMIZERS = ("adam", "adamw", "muon", "sgd", "adafactor")
 GROUP_SIZES = (32, 64, 128)
-
-
 MAX_DIMENSION = 2**31 - 1  # the longest dimension an MLX array may have (int32 shapes)
+
 
 @dataclass(frozen=True)
 class TrainingConfig:

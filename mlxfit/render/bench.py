@@ -12,7 +12,8 @@ from rich.text import Text
 
 from ..errors import MlxfitError
 from ..estimate.plan import verdict
-from ..estimate.uncertainty import predicted_range, run_kind, verdict as range_verdict
+from ..estimate.sizing import judged
+from ..estimate.uncertainty import verdict as range_verdict
 from ..measure.bench import ESTIMATED, FAILED, MEASURED, SKIPPED, UNKNOWN, MaxResult, Row
 from ..units import GB, format_count, format_size
 from .memory import machine_line, print_warnings
@@ -304,11 +305,9 @@ def row_verdict(row: Row) -> Text:
         return Text(word, style=VERDICT_STYLE[word])
     if row.status == ESTIMATED:  # an estimate's verdict respects its range (mlxfit/estimate/uncertainty.py)
         if is_preference(row):  # its mode's range
-            low, high = row.predicted_range_bytes
+            word = range_verdict(*row.predicted_range_bytes, row.usable_bytes)
         else:
-            low, high = predicted_range(row.predicted_bytes, row.backend,
-                                        kind=run_kind(row.training.fine_tune_type, row.training.grad_checkpoint))
-        word = range_verdict(low, high, row.usable_bytes)
+            word = judged(row.predicted_bytes, row.training, row.backend, row.usable_bytes)
         return Text(f"{word} (estimate)", style=VERDICT_STYLE[word])
     return Text(row.status, style={FAILED: "bold red", SKIPPED: "yellow", UNKNOWN: UNKNOWN_STYLE}.get(row.status, ""))
 

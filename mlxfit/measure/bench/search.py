@@ -9,7 +9,7 @@ from typing import Callable
 from ...errors import BadInput, MlxfitError
 from ...estimate.lengths import SEARCH_LIMIT_UNITS, largest
 from ...estimate.plan import predict
-from ...estimate.sizing import sized
+from ...estimate.sizing import judged
 from ...model.resolve import ModelInfo
 from ...model.runconfig import hard_context
 from ...model.training import TrainingConfig
@@ -158,7 +158,7 @@ def find_max(
     result = MaxResult(
         setting, training, backend, usable_bytes, margin, target, start,
         predicted(start) if start else None, start, measured=False,
-        estimate_verdict=sized(model, with_value(start), backend, usable_bytes, calibration)[1] if start else None,
+        estimate_verdict=judged(predicted(start), with_value(start), backend, usable_bytes) if start else None,
     )
     if not measure_runs or start is None:
         return result
