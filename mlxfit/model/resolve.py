@@ -14,8 +14,13 @@ from .. import data_text
 from ..errors import BadInput, MlxfitError
 from .architecture import Architecture, architecture_from_config
 from .lazy_model import NotSizable, UnknownModelType, config_key, text_config
+from .weight_files import WeightFiles, cached_hub, fetch_hub, loaded_config, read_folder
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"  # mlx_lm.lora's own default model
+# Where a model's dtype and bits came from: its weight files' headers, config.json
+# alone, config.json stating no dtype (bfloat16 assumed), a catalog id's suffix
+# (-4bit, -bf16), or nothing at all (a bare size).
+SOURCES = ("weight files", "config", "unstated", "name", "assumed")
 _BARE_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bBmM])\s*$")
 _QUANT_SUFFIX = re.compile(r"-(\d)bit$|-(bf16|fp16|fp32)$", re.IGNORECASE)
 _DTYPE_BITS = {"float32": 32, "float16": 16, "bfloat16": 16}
@@ -38,6 +43,12 @@ class ModelInfo:
     rule_only_reason: str | None = None
     # A slice of the model (mlxfit/measure/slicing.py): only its last `slice_blocks` blocks.
     slice_blocks: int | None = None
+    # Where the float dtype and the bits came from (SOURCES), the bits of the
+    # quantized layers as loaded, and what the weight files' headers held.
+    dtype_source: str = "assumed"
+    bits_source: str | None = None
+    bits_mix: tuple[int, ...] = ()
+    weight_files: dict | None = None
 
     @property
     def quantized(self) -> bool:
@@ -60,6 +71,10 @@ class ModelInfo:
             "group_size": self.group_size,
             "path": str(self.path) if self.path else None,
             "rule_only_reason": self.rule_only_reason,
+            "dtype_source": self.dtype_source,
+            "bits_source": self.bits_source,
+            "bits_mix": list(self.bits_mix) or None,
+            "weight_files": self.weight_files,
         }
 
 
@@ -152,14 +167,33 @@ def _whole(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == int(value)
 
 
-def _from_config(model_id: str, source: str, config: dict, path=None) -> ModelInfo:
+def _from_config(model_id: str, source: str, config: dict, path=None, files: WeightFiles | None = None,
+                 unread: str | None = None, stated: str = "config") -> ModelInfo:
+    """`files`: the weight files' headers, which decide the dtype and bits where they
+    are read (mlxfit/model/weight_files.py); `unread`: why they were not; `stated`:
+    the source of what the config states (SOURCES)."""
     if not isinstance(config, dict):
         raise MlxfitError(f"config.json of {model_id} is not a JSON object")
     bits, group_size, dtype = _storage(config)
+    sources = {
+        "dtype_source": stated if stated != "config" or _states_dtype(config) else "unstated",
+        "bits_source": stated if bits < 16 else None,
+        "weight_files": {"unread": unread} if unread else None,
+    }
+    if files is not None:
+        loaded = loaded_config(config, files)
+        config = loaded.config
+        bits, group_size, dtype = _storage(config)
+        sources = {
+            "dtype_source": "weight files" if loaded.dtype_from_files else sources["dtype_source"],
+            "bits_source": ("weight files" if loaded.bits_from_files else sources["bits_source"]) if bits < 16 else None,
+            "bits_mix": loaded.bits_mix if len(loaded.bits_mix) > 1 else (),
+            "weight_files": files.summary(),
+        }
     try:
         arch = architecture_from_config(config)
     except NotSizable as e:
-        return _rule_only(model_id, source, config, path, e, bits, group_size, dtype)
+        return _rule_only(model_id, source, config, path, e, bits, group_size, dtype, sources)
     return ModelInfo(
         id=model_id,
         source=source,
@@ -171,10 +205,15 @@ def _from_config(model_id: str, source: str, config: dict, path=None) -> ModelIn
         architecture=arch,
         config=config,
         path=path,
+        **sources,
     )
 
 
-def _rule_only(model_id, source, config, path, error: NotSizable, bits, group_size, dtype) -> ModelInfo:
+def _states_dtype(config: dict) -> bool:
+    return any(c.get(name) is not None for c in (config, text_config(config)) for name in ("torch_dtype", "dtype"))
+
+
+def _rule_only(model_id, source, config, path, error: NotSizable, bits, group_size, dtype, sources) -> ModelInfo:
     """A model_type mlx-lm cannot build still gets the rule of thumb, from a
     parameter count: the checkpoint's index when present, else the config."""
     params, counted_from = None, None
@@ -193,7 +232,7 @@ def _rule_only(model_id, source, config, path, error: NotSizable, bits, group_si
     reason = f"{why}: rule of thumb only, from {params:,} parameters ({counted_from})"
     return ModelInfo(
         id=model_id, source=source, params=params, bits=bits, dtype=dtype, model_type=config.get("model_type"),
-        group_size=group_size, config=config, path=path, rule_only_reason=reason,
+        group_size=group_size, config=config, path=path, rule_only_reason=reason, **sources,
     )
 
 
@@ -273,7 +312,9 @@ def from_folder(folder: Path) -> ModelInfo:
     config_path = folder / "config.json" if folder.is_dir() else folder
     if not config_path.is_file():
         raise MlxfitError(f"{folder} has no config.json")
-    return _from_config(str(folder), "local", read_config_file(config_path), path=folder)
+    config = read_config_file(config_path)
+    files = read_folder(folder) if folder.is_dir() else None
+    return _from_config(str(folder), "local", config, path=folder, files=files)
 
 
 def from_size(text: str) -> ModelInfo | None:
@@ -304,7 +345,7 @@ def from_catalog(model_id: str) -> ModelInfo | None:
                 config["quantization"] = {"bits": int(match.group(1)), "group_size": 64}
             else:
                 config["torch_dtype"] = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[match.group(2).lower()]
-            return _from_config(model_id, "catalog", config)
+            return _from_config(model_id, "catalog", config, stated="name")
     return None
 
 
@@ -322,7 +363,7 @@ def from_hub(repo_id: str) -> ModelInfo:
         raise MlxfitError(f"cannot look up {repo_id!r}: huggingface_hub is missing") from e
     cached = try_to_load_from_cache(repo_id, "config.json")
     if isinstance(cached, str):
-        return _from_config(repo_id, "hub", read_config_file(Path(cached)))
+        return _from_hub_config(repo_id, Path(cached))
     from huggingface_hub import constants
 
     if not constants.HF_HUB_OFFLINE and not _reachable(constants.ENDPOINT):
@@ -344,7 +385,38 @@ def from_hub(repo_id: str) -> ModelInfo:
         raise MlxfitError(f"{repo_id!r} on the Hugging Face Hub has no config.json") from e
     except Exception as e:  # network errors come in many types
         raise MlxfitError(f"could not fetch config.json of {repo_id!r}: {e}") from e
-    return _from_config(repo_id, "hub", read_config_file(Path(path)))
+    return _from_hub_config(repo_id, Path(path))
+
+
+def _from_hub_config(repo_id: str, config_path: Path) -> ModelInfo:
+    """The model of a config.json in the Hugging Face cache, with its weight files'
+    headers (of the same commit) where they can be had."""
+    config = read_config_file(config_path)
+    commit = config_path.parent.name if re.fullmatch(r"[0-9a-f]{40}", config_path.parent.name) else None
+    files, unread = hub_weight_files(repo_id, commit)
+    return _from_config(repo_id, "hub", config, files=files, unread=unread)
+
+
+def hub_weight_files(repo_id: str, revision: str | None) -> tuple[WeightFiles | None, str | None]:
+    """(the weight files' headers, None) from mlxfit's cache or the hub, else
+    (None, why not): the config alone then sizes the model, and says so."""
+    cached = cached_hub(repo_id, revision)
+    if cached is not None:
+        return cached, None
+    from huggingface_hub import constants
+    from huggingface_hub.errors import NotASafetensorsRepoError
+
+    if constants.HF_HUB_OFFLINE:
+        return None, "offline (HF_HUB_OFFLINE): the weight files' headers are not in mlxfit's cache"
+    if not _reachable(constants.ENDPOINT):
+        return None, f"{constants.ENDPOINT} cannot be reached: the weight files' headers could not be fetched"
+    try:
+        with _quiet_hub():
+            return fetch_hub(repo_id, revision, HUB_TIMEOUT_S), None
+    except NotASafetensorsRepoError:
+        return None, "the repository has no safetensors weights"
+    except Exception as e:  # network and parsing errors come in many types
+        return None, f"the weight files' headers could not be fetched ({type(e).__name__})"
 
 
 HUB_TIMEOUT_S = 2.5

@@ -30,6 +30,25 @@ def data_progress(quiet: bool = False):
         yield on_progress
 
 
+# Where the model's dtype and bits came from (mlxfit/model/resolve.py SOURCES), as said on the Model line.
+STORAGE_SOURCE_WORDS = {
+    "weight files": "from the weight files",
+    "config": "assumed from config.json",
+    "unstated": "assumed: the config states no dtype",
+    "name": "assumed from the name",
+    "assumed": "assumed",
+}
+
+
+def storage_words(model) -> str:
+    """The model's storage and where it came from: "float32 (from the weight files)",
+    "4/8-bit quantized (from the weight files)", "bfloat16 (assumed: the config states no dtype)"."""
+    if model.quantized:
+        bits = "/".join(str(b) for b in model.bits_mix) if model.bits_mix else str(model.bits)
+        return f"{bits}-bit quantized ({STORAGE_SOURCE_WORDS[model.bits_source or 'assumed']})"
+    return f"{model.dtype} ({STORAGE_SOURCE_WORDS[model.dtype_source]})"
+
+
 def render_config_notes(resolved) -> None:
     if resolved.config_file:
         console.print(f"[bold]Config[/]   {resolved.config_file} (flags override it, as in mlx_lm.lora)")

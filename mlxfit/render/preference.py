@@ -8,6 +8,7 @@ from rich.text import Text
 
 from ..model.preference import EXTRA, PREFERENCE_MODES
 from ..units import format_gb, format_size
+from .inputs import storage_words
 from .text import console, print_fields, print_hanging
 
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "red"}
@@ -48,7 +49,7 @@ def logits_words(estimate) -> str:
 
 
 def render(model, run, estimate, usable, plans, stats=None, measured=None, notes=()) -> None:
-    print_fields("Model", [model.id, f"{model.params:,} parameters", model.dtype])
+    print_fields("Model", [model.id, f"{model.params:,} parameters", storage_words(model)])
     print_fields("Run", run_words(run, estimate))
     for note in [*notes, *run.notes]:
         print_hanging(f"[yellow]Note[/]     {note}")

@@ -11,6 +11,7 @@ from rich.text import Text
 from ..estimate.plan import Plan
 from ..estimate.rule import METHOD_LABELS
 from ..units import GB, format_count, format_gb, format_gb_range, format_size
+from .inputs import storage_words
 from .memory import machine_fields, print_warnings
 from .text import VERDICT_STYLE, console, print_fields, print_hanging, tokens
 
@@ -174,7 +175,7 @@ def render_plan(plan: Plan, nodes: list[str] | None = None, longest=()) -> None:
         kind = "unified memory" if plan.machine.unified else "GPU memory"
         machine = [*nodes, f"{format_gb(plan.machine.total_bytes)} {kind}", *machine[1:3]]
     print_fields("Machine", machine)
-    model_bits = f"{model.bits}-bit quantized" if model.quantized else model.dtype
+    model_bits = storage_words(model)
     print_fields("Model", [
         model.id, *([model.model_type] if model.model_type else []),
         f"{format_count(model.params)} parameters ({model.params:,})", model_bits, f"from {SOURCE_LABEL[model.source]}",
