@@ -412,7 +412,7 @@ def hub_weight_files(repo_id: str, revision: str | None) -> tuple[WeightFiles | 
         return None, f"{constants.ENDPOINT} cannot be reached: the weight files' headers could not be fetched"
     try:
         with _quiet_hub():
-            return fetch_hub(repo_id, revision, HUB_TIMEOUT_S), None
+            return fetch_hub(repo_id, revision, HEADERS_TIMEOUT_S), None
     except NotASafetensorsRepoError:
         return None, "the repository has no safetensors weights"
     except Exception as e:  # network and parsing errors come in many types
@@ -420,6 +420,7 @@ def hub_weight_files(repo_id: str, revision: str | None) -> tuple[WeightFiles | 
 
 
 HUB_TIMEOUT_S = 2.5
+HEADERS_TIMEOUT_S = 10.0  # per header request, once the hub is known to answer (huggingface_hub's default)
 
 
 def _reachable(endpoint: str, timeout: float = HUB_TIMEOUT_S) -> bool:
