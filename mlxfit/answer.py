@@ -192,12 +192,13 @@ def whole_run_time(plan, resolved, speed, iters=None, stats=None, valid_stats=No
 _RATES: dict = {}
 
 
-def local_rate(plan) -> tuple[float, str]:
+def local_rate(plan=None, model=None, training=None) -> tuple[float, str]:
     """This machine's matmul rate for the run's dtype (measured once a process) and the dtype's name."""
     from .measure.rate import matmul_rate
     from .model.lazy_model import checkpoint_dtype
 
-    model, training = plan.model, plan.training
+    if plan is not None:
+        model, training = plan.model, plan.training
     bits = model.bits if model.quantized else (training.bits if training.quantize else None)
     dtype = str(checkpoint_dtype(model.config or {})).split(".")[-1]  # the activations' dtype
     key = (dtype, bits, model.group_size or training.group_size)
@@ -323,6 +324,34 @@ def expected_duration(plan, timeout, steps, progress, slices=None):
         raise MlxfitError(refusal if slices is None else refusal.replace(", or --slice to measure a slice of the "
                                                                           "model (a few real-width blocks)", ""))
     progress.expectation(expectation)
+
+
+def sweep_duration(model, planned, timeout, steps, local_usable) -> tuple[float, float, int]:
+    """How long bench's measurements will take here, (fewest, most) seconds and the runs
+    counted (those measured whole; a slice's time is its own); refuses, as probe
+    --measure does, a sweep one of whose runs would pass --timeout."""
+    from .estimate import duration
+    from .measure.steps import MIN_STEPS
+
+    low = high = 0.0
+    counted = 0
+    for p in planned:
+        if p.action != "measure" or model.architecture is None or p.predicted_bytes > local_usable:
+            continue
+        rate, dtype = local_rate(model=model, training=p.training)
+        expectation = duration.expect(model, p.training, None, rate, dtype, MIN_STEPS, steps)
+        refusal = duration.too_long(expectation, timeout)
+        if refusal:
+            t = p.training
+            refusal = refusal.replace(", or --slice to measure a slice of the model (a few real-width blocks)", "")
+            raise MlxfitError(f"{refusal.replace('refusing to measure:', 'refusing the sweep: the run of')} "
+                              f"(batch {t.batch_size}, length {t.max_seq_length}, {t.method}"
+                              f"{', checkpointed' if t.grad_checkpoint else ''}); or drop it from the sweep, or "
+                              "add --estimate-only")
+        low += expectation.low_seconds
+        high += expectation.high_seconds
+        counted += 1
+    return low, high, counted
 
 
 def _budget_words(plan, here):

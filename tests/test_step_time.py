@@ -131,3 +131,12 @@ def test_probe_infers_the_chip_from_a_memory_only_one_chip_had():
 def test_probe_refuses_an_unknown_chip():
     result = CliRunner().invoke(cli, ["probe", "Qwen/Qwen3-0.6B", "--chip", "M9"])
     assert result.exit_code != 0 and "unknown chip 'M9'" in result.output and "Traceback" not in result.output
+
+
+def test_bench_refuses_a_sweep_past_timeout_before_measuring():
+    root = Path(__file__).resolve().parent.parent
+    result = CliRunner().invoke(cli, ["bench", "-m", str(root / "examples" / "tiny-llama"), "--num-layers", "4",
+                                      "--batch-size", "1,64", "--max-seq-length", "2048", "--timeout", "1"])
+    assert result.exit_code == 1, result.output
+    assert "refusing the sweep" in result.output and "past --timeout 1 s" in result.output
+    assert "--slice" not in result.output and "Traceback" not in result.output
