@@ -54,6 +54,7 @@ class Answer:
     host_checks: list | None = None
     time: Any = None  # estimate.run_time.RunTime: how long the run takes (None: no speed known)
     time_checkpointed: Any = None  # the same run with --grad-checkpoint, where it is off
+    measured_time: dict | None = None  # with --measure: its tokens/s and the whole run at its pace
 
     def to_dict(self) -> dict:
         out = self.plan.to_dict()
@@ -76,6 +77,8 @@ class Answer:
             out["time"] = self.time.to_dict()
             if self.time_checkpointed is not None:
                 out["time"]["with_grad_checkpoint_seconds"] = round(self.time_checkpointed.seconds, 1)
+        if self.measured_time is not None:
+            out.setdefault("time", {})["measured"] = self.measured_time
         return out
 
 
@@ -151,9 +154,28 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
         time = whole_run_time(plan, resolved, speed, iters, stats, valid_stats)
         if not plan.training.grad_checkpoint:
             checkpointed = whole_run_time(plan, resolved, speed, iters, stats, valid_stats, grad_checkpoint=True)
+    measured_time = None
+    if comparison is not None:
+        measured_time = measured_pace(plan, resolved, comparison.measurement, iters, stats, valid_stats)
     return Answer(resolved, warnings, plan, advice, stats=stats, valid_stats=valid_stats, validation=validation,
                   longest=longest, comparison=comparison, hostfile=hostfile, hosts=host_list, tightest=tightest,
-                  host_checks=host_checks, time=time, time_checkpointed=checkpointed)
+                  host_checks=host_checks, time=time, time_checkpointed=checkpointed, measured_time=measured_time)
+
+
+def measured_pace(plan, resolved, measurement, iters=None, stats=None, valid_stats=None) -> dict | None:
+    """A whole measurement's pace: tokens/s after the first step, and the whole run here at
+    the measured step time (the estimate for this machine, scaled by measured over predicted)."""
+    from .estimate import step_time
+
+    steady = measurement.step_seconds[1:] or measurement.step_seconds
+    if measurement.method != "full" or not steady or plan.model.architecture is None:
+        return None
+    step = sum(steady) / len(steady)
+    here = whole_run_time(plan, resolved, step_time.measured_speed(local_rate(plan)[0]), iters, stats, valid_stats)
+    scale = step / here.step.seconds if here.step.seconds else 1.0
+    return {"tokens_per_second": round(measurement.tokens_per_second, 1), "step_seconds": round(step, 4),
+            "predicted_step_seconds": round(here.step.seconds, 4), "run_seconds": round(here.seconds * scale, 1),
+            "iters": here.iters}
 
 
 def run_speed(plan, machine, chip=None):

@@ -463,7 +463,7 @@ def render_answer(answer) -> None:
     if answer.hosts:
         nodes = [f"per node: {len(answer.hosts)} hosts in {answer.hostfile}", f"planned for the smallest, {answer.tightest.name}"]
     render_plan(answer.plan, nodes=nodes, longest=answer.longest)
-    render_time(answer.time, answer.time_checkpointed)
+    render_time(answer.time, answer.time_checkpointed, answer.measured_time)
     render_advice(answer.advice)
     if answer.host_checks is not None:
         render_hosts(answer.host_checks)

@@ -33,8 +33,17 @@ def time_line(time, checkpointed=None) -> str:
     return line
 
 
-def render_time(time, checkpointed=None) -> None:
+def measured_line(measured: dict) -> str:
+    """measured here: 305 tokens/s after the first step; the whole run at that pace, about 3 h 10 min"""
+    return (f"measured here: {measured['tokens_per_second']:,.0f} tokens/s after the first step "
+            f"({measured['step_seconds']:.3g} s a step, {measured['predicted_step_seconds']:.3g} s predicted); "
+            f"{measured['iters']:,} iterations at that pace, about {clock(measured['run_seconds'])}")
+
+
+def render_time(time, checkpointed=None, measured=None) -> None:
     from .text import console
 
     if time is not None:
         console.print(f"Time: {time_line(time, checkpointed)}")
+    if measured is not None:
+        console.print(f"Time {measured_line(measured)}")
