@@ -28,8 +28,9 @@ from .duration import forward_operations, phase_operations
 
 MEASURED_BASIS = "measured matmul rate on this machine"
 # The spread of measured over predicted step time on this machine, from
-# benchmarks/results/step_time.md (a factor on the predicted seconds).
-MEASURED_RANGE = (0.7, 1.6)
+# benchmarks/results/step_time.md (a factor on the predicted seconds): tiny models run
+# far slower than their matrix products, which are all that is counted yet.
+MEASURED_RANGE = (1.5, 30.0)
 
 
 @dataclass(frozen=True)
