@@ -52,6 +52,9 @@ class Answer:
     hosts: list | None = None  # estimate.hosts: every node of the hostfile
     tightest: Any = None  # the smallest of them, the one planned for
     host_checks: list | None = None
+    time: Any = None  # estimate.run_time.RunTime: how long the run takes (None: no speed known)
+    time_checkpointed: Any = None  # the same run with --grad-checkpoint, where it is off
+    measured_time: dict | None = None  # with --measure: its tokens/s and the whole run at its pace
 
     def to_dict(self) -> dict:
         out = self.plan.to_dict()
@@ -70,12 +73,19 @@ class Answer:
             out.update(self.comparison.to_dict())
         if self.longest:
             out["longest_examples"] = [fit.to_dict() for fit in self.longest]
+        if self.time is not None:
+            out["time"] = self.time.to_dict()
+            if self.time_checkpointed is not None:
+                out["time"]["with_grad_checkpoint_seconds"] = round(self.time_checkpointed.seconds, 1)
+        if self.measured_time is not None:
+            out.setdefault("time", {})["measured"] = self.measured_time
         return out
 
 
 def probe(model_spec, training_flags: dict, *, config_path=None, data=None, method=None, skip_bad_lines=False,
           trust_remote_code=False, hostfile=None, backend=None, do_measure=False, by_slice=False, force=False,
-          timeout=900, steps=6, memory=None, gpu_memory=None, reserve=None, progress=None) -> Answer:
+          timeout=900, steps=6, memory=None, gpu_memory=None, reserve=None, progress=None, chip=None,
+          iters=None) -> Answer:
     """Resolve the run, plan it, and with `do_measure` measure it here. `training_flags`:
     the training flags as given (None where not), mask_prompt and hosts among them."""
     from pathlib import Path
@@ -138,9 +148,85 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
     selected = plan.selected
     host_range = selected.predicted_range_bytes if selected.detailed else None
     host_checks = [h.check(selected.predicted_bytes, host_range) for h in host_list] if host_list else None
+    time = checkpointed = None
+    speed = run_speed(plan, machine, chip)
+    if speed is not None:
+        time = whole_run_time(plan, resolved, speed, iters, stats, valid_stats)
+        if not plan.training.grad_checkpoint:
+            checkpointed = whole_run_time(plan, resolved, speed, iters, stats, valid_stats, grad_checkpoint=True)
+    measured_time = None
+    if comparison is not None:
+        measured_time = measured_pace(plan, resolved, comparison.measurement, iters, stats, valid_stats)
     return Answer(resolved, warnings, plan, advice, stats=stats, valid_stats=valid_stats, validation=validation,
                   longest=longest, comparison=comparison, hostfile=hostfile, hosts=host_list, tightest=tightest,
-                  host_checks=host_checks)
+                  host_checks=host_checks, time=time, time_checkpointed=checkpointed, measured_time=measured_time)
+
+
+def measured_pace(plan, resolved, measurement, iters=None, stats=None, valid_stats=None) -> dict | None:
+    """A whole measurement's pace: tokens/s after the first step, and the whole run here at
+    the measured step time (the estimate for this machine, scaled by measured over predicted)."""
+    from .estimate import step_time
+
+    steady = measurement.step_seconds[1:] or measurement.step_seconds
+    if measurement.method != "full" or not steady or plan.model.architecture is None:
+        return None
+    step = sum(steady) / len(steady)
+    here = whole_run_time(plan, resolved, step_time.measured_speed(local_rate(plan)[0]), iters, stats, valid_stats)
+    scale = step / here.step.seconds if here.step.seconds else 1.0
+    return {"tokens_per_second": round(measurement.tokens_per_second, 1), "step_seconds": round(step, 4),
+            "predicted_step_seconds": round(here.step.seconds, 4), "run_seconds": round(here.seconds * scale, 1),
+            "iters": here.iters}
+
+
+def run_speed(plan, machine, chip=None):
+    """How fast the run goes where it is planned: a named chip (--chip, or the one
+    chip sold with --memory's size) at the fitted efficiency; this machine at its
+    matmul rate, measured now; None where neither is known (another machine, no chip)."""
+    from .estimate import step_time
+
+    if plan.model.architecture is None:
+        return None
+    if chip:
+        return step_time.chip_speed(step_time.find_chip(chip))
+    if machine.hypothetical:
+        found = step_time.chip_for_memory(machine.total_bytes) if machine.backend == "metal" else None
+        return step_time.chip_speed(found) if found else None
+    return step_time.measured_speed(local_rate(plan)[0])
+
+
+def whole_run_time(plan, resolved, speed, iters=None, stats=None, valid_stats=None, grad_checkpoint=None):
+    """The whole mlx_lm.lora run: --iters (or the YAML's, or mlx-lm's 1000), the
+    validation passes and saves the YAML sets, over --data's batch widths where given."""
+    from .estimate import run_time
+
+    training = plan.training if grad_checkpoint is None else replace(plan.training, grad_checkpoint=grad_checkpoint)
+    other = resolved.other
+    return run_time.run_time(
+        plan.model, training, speed, iters=iters or int(other.get("iters", run_time.ITERS)), length=plan.length,
+        widths=stats.batch_widths if stats is not None else None,
+        val_batches=int(other.get("val_batches", run_time.VAL_BATCHES)),
+        steps_per_eval=int(other.get("steps_per_eval", run_time.STEPS_PER_EVAL)),
+        save_every=int(other.get("save_every", run_time.SAVE_EVERY)),
+        valid_width=valid_stats.worst_batch_tokens if valid_stats is not None else None,
+        valid_batches=len(valid_stats.batch_widths) if valid_stats is not None else None)
+
+
+_RATES: dict = {}
+
+
+def local_rate(plan=None, model=None, training=None) -> tuple[float, str]:
+    """This machine's matmul rate for the run's dtype (measured once a process) and the dtype's name."""
+    from .measure.rate import matmul_rate
+    from .model.lazy_model import checkpoint_dtype
+
+    if plan is not None:
+        model, training = plan.model, plan.training
+    bits = model.bits if model.quantized else (training.bits if training.quantize else None)
+    dtype = str(checkpoint_dtype(model.config or {})).split(".")[-1]  # the activations' dtype
+    key = (dtype, bits, model.group_size or training.group_size)
+    if key not in _RATES:
+        _RATES[key] = matmul_rate(*key)
+    return _RATES[key], (f"{bits}-bit" if bits else dtype)
 
 
 def get_machine(memory, gpu_memory, reserve):
@@ -245,16 +331,11 @@ def expected_duration(plan, timeout, steps, progress, slices=None):
     if plan.model.architecture is None:
         return
     from .estimate import duration
-    from .measure.rate import matmul_rate
     from .measure.slicing import slice_training, sliced_model
     from .measure.steps import MIN_STEPS
-    from .model.lazy_model import checkpoint_dtype
 
     model, training = plan.model, plan.training
-    bits = model.bits if model.quantized else (training.bits if training.quantize else None)
-    dtype = str(checkpoint_dtype(model.config or {})).split(".")[-1]  # the activations' dtype
-    rate = matmul_rate(dtype, bits, model.group_size or training.group_size)
-    dtype = f"{bits}-bit" if bits else dtype
+    rate, dtype = local_rate(plan)
     if slices is None:
         expectation = duration.expect(model, training, plan.length, rate, dtype, MIN_STEPS, steps)
     else:
@@ -265,6 +346,34 @@ def expected_duration(plan, timeout, steps, progress, slices=None):
         raise MlxfitError(refusal if slices is None else refusal.replace(", or --slice to measure a slice of the "
                                                                           "model (a few real-width blocks)", ""))
     progress.expectation(expectation)
+
+
+def sweep_duration(model, planned, timeout, steps, local_usable) -> tuple[float, float, int]:
+    """How long bench's measurements will take here, (fewest, most) seconds and the runs
+    counted (those measured whole; a slice's time is its own); refuses, as probe
+    --measure does, a sweep one of whose runs would pass --timeout."""
+    from .estimate import duration
+    from .measure.steps import MIN_STEPS
+
+    low = high = 0.0
+    counted = 0
+    for p in planned:
+        if p.action != "measure" or model.architecture is None or p.predicted_bytes > local_usable:
+            continue
+        rate, dtype = local_rate(model=model, training=p.training)
+        expectation = duration.expect(model, p.training, None, rate, dtype, MIN_STEPS, steps)
+        refusal = duration.too_long(expectation, timeout)
+        if refusal:
+            t = p.training
+            refusal = refusal.replace(", or --slice to measure a slice of the model (a few real-width blocks)", "")
+            raise MlxfitError(f"{refusal.replace('refusing to measure:', 'refusing the sweep: the run of')} "
+                              f"(batch {t.batch_size}, length {t.max_seq_length}, {t.method}"
+                              f"{', checkpointed' if t.grad_checkpoint else ''}); or drop it from the sweep, or "
+                              "add --estimate-only")
+        low += expectation.low_seconds
+        high += expectation.high_seconds
+        counted += 1
+    return low, high, counted
 
 
 def _budget_words(plan, here):

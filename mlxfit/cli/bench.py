@@ -181,6 +181,10 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         planned = lib.plan_sweep(model, trainings, machine.usable_bytes, backend, calibration, measuring, force)
     else:
         planned = plan_preference(pref_lib, model, runs, machine, reserve, backend, measuring, force, quiet=json_)
+    if mode == "sft" and measuring:
+        from ..answer import sweep_duration
+
+        expected = sweep_duration(model, planned, timeout, steps, local_usable)  # refuses past --timeout
     varying = [name for name, values in sweeps.items() if len(values) > 1]
     # --method full,qlora with one --fine-tune-type still gives runs of two types.
     varying += [name for name, (_, shown) in render_bench.SETTING_COLUMNS.items()
@@ -188,6 +192,8 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     if not json_:
         if mode == "sft":
             render_bench.render_header(machine, model, trainings[0], varying, out, measuring=measuring)
+            if measuring:
+                render_bench.render_expected(*expected)
         else:
             render_bench.render_header(machine, model, trainings[0], varying, out, measuring=measuring, run=runs[0],
                                        notes=notes)

@@ -94,11 +94,13 @@ def _default(name):
 @click.option("--force", is_flag=True, help="Measure the whole run even when the estimate says it does not fit.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds before a measurement is stopped.")
 @click.option("--steps", type=click.IntRange(min=3), default=6, show_default=True, help="Most steps to measure; stops earlier once the peak has held for two steps.")
+@click.option("--iters", type=click.IntRange(min=1), help="Iterations of the run, as mlx_lm.lora --iters, for its time [default: the YAML's, else 1000].")
+@click.option("--chip", metavar="CHIP", help='The Apple chip the run is timed for ("M3 Max"); default: this machine, or the one chip sold with --memory\'s size.')
 @preference_options
 @machine_options
 @json_option
 @handle_errors
-def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trust_remote_code, hostfile, backend, do_measure, by_slice, force, timeout, steps, memory, gpu_memory, reserve, json_, **training_flags):
+def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trust_remote_code, hostfile, backend, do_measure, by_slice, force, timeout, steps, memory, gpu_memory, reserve, json_, iters=None, chip=None, **training_flags):
     """Will LoRA, QLoRA and full fine-tuning of MODEL fit? What to change if not.
 
     MODEL may be given as the argument or as --model (which wins when both are).
@@ -117,6 +119,10 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     from ..model.runconfig import one_model
 
     model_spec = one_model(model_arg, model_spec)
+    if chip:
+        from ..estimate.step_time import find_chip
+
+        find_chip(chip)  # an unknown chip stops here, before anything is resolved
     ctx = click.get_current_context()
     for flag, given in (("--slice", by_slice), ("--force", force),
                         ("--timeout", given_flag(ctx, "timeout")), ("--steps", given_flag(ctx, "steps"))):
@@ -143,7 +149,8 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     answer = answers.probe(model_spec, training_flags, config_path=config_path, data=data, method=method,
                            skip_bad_lines=skip_bad_lines, trust_remote_code=trust_remote_code, hostfile=hostfile,
                            backend=backend, do_measure=do_measure, by_slice=by_slice, force=force, timeout=timeout,
-                           steps=steps, memory=memory, gpu_memory=gpu_memory, reserve=reserve, progress=progress)
+                           steps=steps, memory=memory, gpu_memory=gpu_memory, reserve=reserve, progress=progress,
+                           chip=chip, iters=iters)
     if os.environ.get("MLX_RANK", "0") != "0":
         return  # under mlx.launch, rank 0 reports every rank's figures
     if json_:

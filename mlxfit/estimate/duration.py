@@ -40,24 +40,46 @@ def _block_operations(block, tokens: int) -> tuple[int, int]:
     return linear, attention
 
 
-def step_operations(model: ModelInfo, training: TrainingConfig, length: int | None = None) -> int:
-    """Operations (multiply-adds counted as two) of one training step of this run."""
+def phase_operations(model: ModelInfo, training: TrainingConfig, length: int | None = None,
+                     sequences: int | None = None) -> dict[str, int]:
+    """Operations of one training step by phase: "forward" (its linear layers and
+    head), "attention" (the scores and weighted sums, forward and backward),
+    "backward" (input and weight gradients of the linear layers and head) and
+    "recompute" (--grad-checkpoint's second forward of the trained blocks).
+    `sequences`: the rows one host runs (default batch_size / hosts)."""
     from .detailed import counted_totals
 
     arch = model.architecture
     batch_len = min(length, training.max_seq_length) if length else training.max_seq_length
     T = max(batch_len - 1, 1)  # mlx-lm's default_loss drops the last token
-    N = training.batch_size // training.hosts * T
+    rows = training.batch_size // training.hosts if sequences is None else sequences
+    N = rows * T
     first = arch.num_layers - training.layers_trained(arch.num_layers)
     per_block = [_block_operations(b, T) for b in arch.blocks]
     head = 2 * arch.vocab_size * arch.hidden_size
-    forward = N * (sum(lin + att for lin, att in per_block) + head)
     trained = per_block[first:]
-    input_grads = N * (head + sum(lin + 2 * att for lin, att in trained))
     trainable_elements = counted_totals(model, training)[1]
-    weight_grads = 2 * N * trainable_elements
     recompute = N * sum(lin + att for lin, att in trained) if training.grad_checkpoint else 0
-    return forward + input_grads + weight_grads + recompute
+    return {
+        "forward": N * (sum(lin for lin, _ in per_block) + head),
+        "attention": N * (sum(att for _, att in per_block) + sum(2 * att for _, att in trained)),
+        "backward": N * (head + sum(lin for lin, _ in trained)) + 2 * N * trainable_elements,
+        "recompute": recompute,
+    }
+
+
+def forward_operations(model: ModelInfo, length: int, sequences: int) -> int:
+    """Operations of a forward pass alone (an evaluation, a reference model) of
+    `sequences` rows `length` tokens wide."""
+    arch = model.architecture
+    T = max(length, 1)
+    per_block = [_block_operations(b, T) for b in arch.blocks]
+    return sequences * T * (sum(lin + att for lin, att in per_block) + 2 * arch.vocab_size * arch.hidden_size)
+
+
+def step_operations(model: ModelInfo, training: TrainingConfig, length: int | None = None) -> int:
+    """Operations (multiply-adds counted as two) of one training step of this run."""
+    return sum(phase_operations(model, training, length).values())
 
 
 @dataclass(frozen=True)

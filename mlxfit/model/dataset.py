@@ -70,6 +70,7 @@ class DataStats:
     skipped_lines: int = 0
     bad_lines: tuple[tuple[int, str], ...] = ()  # (line number, problem), the first few
     lengths: array = field(default_factory=lambda: array("I"), repr=False, compare=False)
+    batch_widths: tuple = field(default=(), repr=False, compare=False)  # every batch's width, as iterate_batches cuts them
 
     def to_dict(self) -> dict:
         return {
@@ -358,6 +359,23 @@ def _approx_counter(fmt: str, f: dict) -> Callable[[dict], int]:
     return {"text": text, "chat": chat, "completions": completions}[fmt]
 
 
+def batch_widths(lengths: Sequence[int], batch_size: int, max_seq_length: int,
+                 order: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The width of every batch iterate_batches cuts: the examples sorted (stably) by
+    `order` (default their lengths), cut in batch_size, the remainder dropped, each
+    padded to its longest (padded_length)."""
+    import numpy as np
+
+    lens = np.asarray(lengths)
+    if len(lens) < batch_size:
+        return ()
+    keys = lens if order is None else np.asarray(order)
+    idx = np.argsort(keys, kind="stable")
+    usable = len(idx) - len(idx) % batch_size
+    longest = lens[idx[:usable]].reshape(-1, batch_size).max(axis=1)
+    return tuple(padded_length(int(x), max_seq_length) for x in longest)
+
+
 def _stats(path, fmt, lengths, fields_per_line, choice, batch_size, max_seq_length, skipped, bad) -> DataStats:
     import numpy as np
 
@@ -383,6 +401,7 @@ def _stats(path, fmt, lengths, fields_per_line, choice, batch_size, max_seq_leng
         skipped_lines=skipped,
         bad_lines=tuple(bad),
         lengths=lengths,
+        batch_widths=batch_widths(lens, batch_size, max_seq_length, order=fields_per_line),
     )
 
 

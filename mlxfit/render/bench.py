@@ -472,3 +472,15 @@ def plot_sweep(rows: list[Row], varying: list[str], usable_bytes: int, path, tit
 
     # Drawn beside the file and renamed over it: a full disk leaves no half-written PNG.
     write_atomically(path, lambda f: fig.savefig(f, format="png", dpi=120))
+
+
+def render_expected(low: float, high: float, runs: int) -> None:
+    """How long the sweep's measurements will take, said before the first starts."""
+    from ..units import format_seconds
+
+    if runs:
+        span = (format_seconds(low) if format_seconds(low) == format_seconds(high)
+                else f"{format_seconds(low)}-{format_seconds(high)}")
+        span = "under a second" if high < 1 else f"about {span}"
+        console.print(f"Expected: {span} of training steps for {runs} run{'s' if runs != 1 else ''} measured whole "
+                      "(from their operations and this machine's matmul rate), plus building each")

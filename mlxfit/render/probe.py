@@ -452,6 +452,7 @@ def render_answer(answer) -> None:
     """All of probe's answer (mlxfit.answer.Answer) as text: what it was given, the plan,
     the advice, each node's check, the measurement, and the note on units."""
     from . import inputs, measurement
+    from .time import render_time
 
     inputs.render_config_notes(answer.resolved)
     inputs.render_input_warnings(answer.warnings)
@@ -463,6 +464,7 @@ def render_answer(answer) -> None:
     if answer.hosts:
         nodes = [f"per node: {len(answer.hosts)} hosts in {answer.hostfile}", f"planned for the smallest, {answer.tightest.name}"]
     render_plan(answer.plan, nodes=nodes, longest=answer.longest)
+    render_time(answer.time, answer.time_checkpointed, answer.measured_time)
     render_advice(answer.advice)
     if answer.host_checks is not None:
         render_hosts(answer.host_checks)

@@ -1,0 +1,112 @@
+"""Predicted against measured step time on this machine.
+
+Configurations are drawn at random AFTER the model (mlxfit/estimate/step_time.py)
+was written: tiny Llama-shaped models (float32 mostly, a few bfloat16) of random
+width and depth, random batch, length, trained layers, LoRA or full, with and
+without --grad-checkpoint. Each is measured as probe --measure measures (a child
+process taking real mlx-lm steps), and the matmul rate is measured right before it,
+so prediction and measurement share the machine's state; the step time is the mean
+after the first step. The ratio measured / predicted is what is compared (the
+machine may be shared: absolute times drift, ratios less). DPO and GRPO runs are
+not drawn (their measurement needs mlx-lm-lora's trainers; not done here).
+
+    PYTHONPATH=. python benchmarks/step_time.py --seed 7 --runs 24 --repeats 2
+Writes benchmarks/results/step_time.md (and .json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from mlxfit.estimate import step_time as st
+from mlxfit.measure.parent import measure, request_for
+from mlxfit.measure.rate import matmul_rate
+from mlxfit.model.resolve import resolve_model
+from mlxfit.model.training import TrainingConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "benchmarks" / "results" / "step_time"
+
+
+def draw(rng: random.Random, folder: Path, i: int):
+    hidden = rng.choice([64, 128, 256])
+    heads = rng.choice([2, 4])
+    layers = rng.choice([2, 4, 6])
+    dtype = "bfloat16" if rng.random() < 0.15 else "float32"
+    config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": 2 * hidden + rng.choice([0, 64]),
+              "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": heads,
+              "vocab_size": rng.choice([256, 1024, 4096]), "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+              "torch_dtype": dtype}
+    path = folder / f"m{i}"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config))
+    full = rng.random() < 0.25
+    training = TrainingConfig(fine_tune_type="full" if full else "lora", num_layers=rng.choice([-1, 1, 2]),
+                              batch_size=rng.choice([1, 2, 4, 8]), max_seq_length=rng.choice([64, 128, 256, 512]),
+                              grad_checkpoint=rng.random() < 0.35, rank=rng.choice([4, 8, 16]))
+    return config, path, training
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--runs", type=int, default=24)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=5)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.runs):
+            config, path, training = draw(rng, Path(tmp), i)
+            model = resolve_model(str(path))
+            ratios = []
+            for _ in range(args.repeats):
+                rate = matmul_rate(config["torch_dtype"])
+                predicted = st.step_time(model, training, st.measured_speed(rate)).seconds
+                m = measure(request_for(model, training, max_steps=args.steps, min_steps=args.steps), timeout=300)
+                steady = m.step_seconds[1:] or m.step_seconds
+                measured = sum(steady) / len(steady)
+                ratios.append((measured / predicted, measured, predicted, rate))
+            ratio = statistics.median(r[0] for r in ratios)
+            row = {"config": config, "training": {k: v for k, v in training.to_dict().items()
+                                                  if k in ("fine_tune_type", "num_layers", "batch_size",
+                                                           "max_seq_length", "grad_checkpoint", "rank")},
+                   "ratio": ratio, "repeats": [list(r) for r in ratios]}
+            rows.append(row)
+            print(f"{i + 1}/{args.runs} ratio {ratio:.2f} ({[round(r[0], 2) for r in ratios]})", flush=True)
+            write(args, rows)  # after every configuration: a run cut short still leaves its rows
+
+
+def write(args, rows):
+    ratios = [r["ratio"] for r in rows]
+    errors = [abs(r - 1) for r in ratios]
+    OUT.with_suffix(".json").write_text(json.dumps({"seed": args.seed, "rows": rows}, indent=1) + "\n")
+    lines = ["# Step time: predicted against measured on this machine", "",
+             f"`PYTHONPATH=. python benchmarks/step_time.py --seed {args.seed} --runs {args.runs} --repeats "
+             f"{args.repeats} --steps {args.steps}`: {len(rows)} of {args.runs} configurations drawn after the model was written "
+             "(tiny Llama shapes, float32 and bfloat16, LoRA and full, lengths 64-512, 1-6 blocks, with and without "
+             "checkpointing), each measured as probe --measure does, beside a matmul rate measured just before it. "
+             "Ratio = measured / predicted step time (mean after the first step), median over the repeats.", "",
+             f"Median ratio {statistics.median(ratios):.2f}; median error {statistics.median(errors):.0%}, "
+             f"worst {max(errors):.0%}.", "",
+             "| dtype | hidden x blocks | type | layers | batch x length | checkpoint | measured s | predicted s | ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c, t = r["config"], r["training"]
+        measured = statistics.median(x[1] for x in r["repeats"])
+        predicted = statistics.median(x[2] for x in r["repeats"])
+        lines.append(f"| {c['torch_dtype']} | {c['hidden_size']} x {c['num_hidden_layers']} | {t['fine_tune_type']} | "
+                     f"{t['num_layers']} | {t['batch_size']} x {t['max_seq_length']} | {t['grad_checkpoint']} | "
+                     f"{measured:.4f} | {predicted:.4f} | {r['ratio']:.2f} |")
+    OUT.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
