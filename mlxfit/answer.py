@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .errors import MlxfitError
+from .errors import BadInput, MlxfitError
 
 
 class Silent:
@@ -82,7 +82,7 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
 
     from .estimate.plan import make_plan
     from .model.resolve import resolve_model
-    from .model.runconfig import check_against_model, check_method, resolve, with_method
+    from .model.runconfig import check_against_model, check_method, check_stored_quantization, resolve, with_method
 
     progress = progress or Silent()
     training_flags = dict(training_flags)
@@ -100,8 +100,10 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
     resolved = replace(resolved, training=with_method(resolved.training, method))
     training = resolved.training
     model = resolve_model(resolved.model)
+    check_stored_quantization(resolved, model)
     warnings = check_against_model(training, model)
 
+    refuse_data_flags_without_data(resolved.data, skip_bad_lines=skip_bad_lines, trust_remote_code=trust_remote_code)
     stats = valid_stats = None
     if resolved.data:
         stats, valid_stats = read_data(model, resolved, skip_bad_lines, trust_remote_code, progress)
@@ -141,6 +143,16 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
     return Answer(resolved, warnings, plan, advice, stats=stats, valid_stats=valid_stats, validation=validation,
                   longest=longest, comparison=comparison, hostfile=hostfile, hosts=host_list, tightest=tightest,
                   host_checks=host_checks)
+
+
+def refuse_data_flags_without_data(data, **given) -> None:
+    """--skip-bad-lines and --trust-remote-code change how --data is read: without data
+    (from the flag or the config file) they would change nothing, so they are refused
+    as --slice is without --measure."""
+    for name, value in given.items():
+        if value and not data:
+            flag = "--" + name.replace("_", "-")
+            raise BadInput(f"{flag} is about --data: add --data (or leave {flag} out)")
 
 
 def get_machine(memory, gpu_memory, reserve):

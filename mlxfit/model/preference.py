@@ -134,10 +134,11 @@ def resolve_run(mode: str, flags: dict, config: dict) -> PreferenceRun:
     lora = {**CONFIG_DEFAULTS["lora_parameters"], **(config.get("lora_parameters") or {})}
     if flags.get("rank") is not None:
         lora["rank"] = flags["rank"]
-    bits = None
-    for key, n in LOAD_IN_BITS.items():
-        if pick(key, True if flags.get(key) else None):
-            bits = bits or n
+    chosen = [key for key in LOAD_IN_BITS if pick(key, True if flags.get(key) else None)]
+    if len(chosen) > 1:  # mlx_lm_lora.train would quietly take the first of them
+        raise BadInput(f"{' with '.join('--' + k.replace('_', '-') for k in chosen)}: give one "
+                       "(mlx-lm-lora quantizes the base once)")
+    bits = LOAD_IN_BITS[chosen[0]] if chosen else None
     if config.get("load_in_mxfp4") or flags.get("load_in_mxfp4"):
         raise BadInput("--load-in-mxfp4 is not covered by the estimate (use --load-in-4bits, -6bits or -8bits)")
     fine_tune_type = pick("train_type", flags.get("fine_tune_type"))
