@@ -245,7 +245,7 @@ def run_measurement(plan, force, timeout, steps, progress=None, by_slice=False, 
                    architecture=architecture_key(plan.model), length=plan.length,
                    machine=None if plan.machine.hypothetical else {"device_name": plan.machine.device_name,
                                                                    "total_bytes": plan.machine.total_bytes},
-                   config=plan.model.config if plan.model.source == "local" else None)
+                   config=plan.model.config if plan.model.source == "local" else None, source=plan.model.source)
         except OSError as e:  # the measurement stands; only its use for calibration is lost
             note = f"not stored for calibration: cannot write {e.filename or measurements_dir()} ({e.strerror or e})"
     return Comparison(measurement, predicted, usable, note=note)
