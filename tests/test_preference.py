@@ -252,6 +252,27 @@ def test_probe_measure_orpo_json(model_folder, tmp_path, monkeypatch):
     assert [p.name for p in temporary.iterdir() if p.name.startswith("mlxfit")] == []
 
 
+@needs_rl
+def test_probe_measure_dpo_times_each_step(model_folder):
+    """Every DPO step used to read "in 0.00 s": the child did not time mlx-lm-lora's steps."""
+    import re
+
+    folder = model_folder(TINY["llama"])
+    result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--train-mode", "dpo", "--max-seq-length", "32",
+                                      "--measure"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    steps = re.findall(r"step \d+: peak .* in (under 0\.01|[\d.]+) s", result.output)
+    assert len(steps) >= 3 and "in 0.00 s" not in result.output
+    assert any(s != "under 0.01" and float(s) > 0 for s in steps)
+
+
+def test_a_step_time_is_never_zero():
+    from mlxfit.render.measurement import step_time
+
+    assert step_time(0.0) == step_time(0.004) == "in under 0.01 s"
+    assert step_time(0.4712) == "in 0.47 s" and step_time(12.34) == "in 12.3 s"
+
+
 @pytest.mark.parametrize("memory", [None, "128GB"], ids=["this-machine", "hypothetical"])
 def test_a_measurement_that_would_not_fit_here_is_refused_before_building(memory, monkeypatch, platform):
     """mlx-lm-lora's trainers cannot be measured by slice: a run over this machine's
