@@ -126,3 +126,23 @@ def test_a_measurement_with_data_is_keyed_by_its_widest_batch(model_with_tokeniz
     assert probe_json(*common, "--max-seq-length", "2048")["calibration"] is None  # 4x the tokens and more
     assert probe_json(*common, "--max-seq-length", str(width))["calibration"]["measurements"] == 1
     assert probe_json(*common, "--data", str(data_folder), "--max-seq-length", "2048")["calibration"]["measurements"] == 1
+
+
+def test_transformers_notices_stay_off_the_output(model_with_tokenizer, data_folder):
+    """Loading the tokenizer imports transformers, which printed "[transformers] PyTorch was
+    not found. Models won't be available ..." into probe's output (a fresh process: the
+    notice comes once, at import)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFORMERS_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "mlxfit", "probe", "--model", str(model_with_tokenizer), "--num-layers", "2",
+         "--data", str(data_folder), "--max-seq-length", "256"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "[transformers]" not in result.stdout + result.stderr
+    assert "PyTorch" not in result.stdout + result.stderr
+    assert "Data " in result.stdout  # mlxfit's own output is all there

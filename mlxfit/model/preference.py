@@ -208,6 +208,9 @@ def read_data(data: str, run: PreferenceRun, tokenizer) -> PreferenceData:
     require_extra("--data with --train-mode " + run.mode)
     import types
 
+    from .mlx_lm_modules import quiet_transformers
+
+    quiet_transformers()
     from mlx_lm_lora.trainer.datasets import create_dataset
 
     path = Path(data).expanduser()
