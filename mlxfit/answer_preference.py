@@ -89,10 +89,7 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
     if data:
         from .model.dataset import load_tokenizer
 
-        choice = load_tokenizer(model, trust_remote_code=trust_remote_code)
-        if choice.approximate:
-            raise BadInput(f"--data with --train-mode {mode} needs the model's tokenizer: {choice.note}")
-        stats = read_data(data, run, choice.tokenizer)
+        stats = read_data(data, run, load_tokenizer(model, trust_remote_code=trust_remote_code))
         if mode == "grpo":
             prompt_length = prompt_length or stats.widest
         else:

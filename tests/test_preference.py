@@ -211,9 +211,11 @@ def test_data_widest_batch_as_mlx_lm_lora_batches_it(tmp_path, tokenizer_folder)
     data.mkdir()
     rows = [{"prompt": "the quick fox " * (i + 1), "chosen": "a model " * (3 * i + 1), "rejected": "dog " * i} for i in range(6)]
     (data / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    tok = load_tokenizer(str(folder)).tokenizer
+    choice = load_tokenizer(str(folder))
+    tok = choice.tokenizer
     run = pref.resolve_run("dpo", {"batch_size": 2}, {})
-    stats = pref.read_data(str(data), run, tok)
+    stats = pref.read_data(str(data), run, choice)
+    assert stats.tokens_counted_by == "tokenizer" and stats.no_tokenizer_reason is None
     import types
 
     ds = create_dataset(rows, tok, types.SimpleNamespace(train_mode="dpo"))

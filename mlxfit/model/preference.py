@@ -197,14 +197,18 @@ class PreferenceData:
     batches: int
     widest: int  # tokens of the widest batch (DPO/CPO/ORPO: padded width; GRPO: longest prompt)
     kind: str  # "chosen/rejected" or "prompt/answer"
+    tokens_counted_by: str = "tokenizer"  # or characters, as mlx-lm's data (mlxfit/model/dataset.py)
+    no_tokenizer_reason: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def read_data(data: str, run: PreferenceRun, tokenizer) -> PreferenceData:
+def read_data(data: str, run: PreferenceRun, choice) -> PreferenceData:
     """The widest batch of --data's train.jsonl, built by mlx-lm-lora's own
-    create_dataset and its mode's batch iterator (mlx_lm_lora/trainer/)."""
+    create_dataset and its mode's batch iterator (mlx_lm_lora/trainer/), with the
+    model's tokenizer (`choice`, a dataset.TokenizerChoice), or without one counted
+    by characters as mlx-lm's data is."""
     require_extra("--data with --train-mode " + run.mode)
     import types
 
@@ -228,6 +232,9 @@ def read_data(data: str, run: PreferenceRun, tokenizer) -> PreferenceData:
         raise BadInput(f"{file} has no rows")
     t = run.training
     config = types.SimpleNamespace(train_mode=run.mode, max_seq_length=t.max_seq_length, mask_prompt=False)
+    from .dataset import CharacterTokenizer
+
+    tokenizer = CharacterTokenizer() if choice.approximate else choice.tokenizer
     try:
         dataset = create_dataset(rows, tokenizer, config)
     except (KeyError, ValueError, TypeError) as e:
@@ -236,7 +243,8 @@ def read_data(data: str, run: PreferenceRun, tokenizer) -> PreferenceData:
         raise BadInput(f"{file}: {len(dataset)} rows, fewer than the batch size {t.batch_size}")
     widths = list(_batch_widths(dataset, run))
     kind = "prompt/answer" if run.mode == "grpo" else "chosen/rejected"
-    return PreferenceData(str(file), len(dataset), len(widths), max(widths), kind)
+    return PreferenceData(str(file), len(dataset), len(widths), max(widths), kind, choice.counted_by,
+                          choice.note if choice.approximate else None)
 
 
 def _batch_widths(dataset, run: PreferenceRun):
