@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .errors import MlxfitError
+from .errors import BadInput, MlxfitError
 
 
 class Silent:
@@ -92,7 +92,7 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
 
     from .estimate.plan import make_plan
     from .model.resolve import resolve_model
-    from .model.runconfig import check_against_model, check_method, resolve, with_method
+    from .model.runconfig import check_against_model, check_method, check_stored_quantization, resolve, with_method
 
     progress = progress or Silent()
     training_flags = dict(training_flags)
@@ -110,8 +110,10 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
     resolved = replace(resolved, training=with_method(resolved.training, method))
     training = resolved.training
     model = resolve_model(resolved.model)
+    check_stored_quantization(resolved, model)
     warnings = check_against_model(training, model)
 
+    refuse_data_flags_without_data(resolved.data, skip_bad_lines=skip_bad_lines, trust_remote_code=trust_remote_code)
     stats = valid_stats = None
     if resolved.data:
         stats, valid_stats = read_data(model, resolved, skip_bad_lines, trust_remote_code, progress)
@@ -229,6 +231,16 @@ def local_rate(plan=None, model=None, training=None) -> tuple[float, str]:
     return _RATES[key], (f"{bits}-bit" if bits else dtype)
 
 
+def refuse_data_flags_without_data(data, **given) -> None:
+    """--skip-bad-lines and --trust-remote-code change how --data is read: without data
+    (from the flag or the config file) they would change nothing, so they are refused
+    as --slice is without --measure."""
+    for name, value in given.items():
+        if value and not data:
+            flag = "--" + name.replace("_", "-")
+            raise BadInput(f"{flag} is about --data: add --data (or leave {flag} out)")
+
+
 def get_machine(memory, gpu_memory, reserve):
     """This machine, or the hypothetical one --memory or --gpu-memory plan for."""
     from .machine import build_machine, read_platform
@@ -319,7 +331,7 @@ def run_measurement(plan, force, timeout, steps, progress=None, by_slice=False, 
                    architecture=architecture_key(plan.model), length=plan.length,
                    machine=None if plan.machine.hypothetical else {"device_name": plan.machine.device_name,
                                                                    "total_bytes": plan.machine.total_bytes},
-                   config=plan.model.config if plan.model.source == "local" else None)
+                   config=plan.model.config if plan.model.source == "local" else None, source=plan.model.source)
         except OSError as e:  # the measurement stands; only its use for calibration is lost
             note = f"not stored for calibration: cannot write {e.filename or measurements_dir()} ({e.strerror or e})"
     return Comparison(measurement, predicted, usable, note=note)

@@ -48,7 +48,7 @@ class PreferenceAnswer:
 
 
 def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machine, backend, do_measure, timeout, steps,
-          progress, reserve=None) -> PreferenceAnswer:
+          progress, reserve=None, trust_remote_code=False) -> PreferenceAnswer:
     """A DPO, CPO, ORPO or GRPO run, answered: mlx-lm-lora's settings resolved, the
     estimate phase by phase, the plans and, with `do_measure`, the measurement, judged
     against this machine (`reserve` as given) whatever `machine` plans for.
@@ -80,16 +80,16 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
     run = resolve_run(mode, flags, config)
     reference = reference_model(run)
     data = data or (config.get("data") if config.get("data") and Path(str(config["data"])).expanduser().exists() else None)
+    from .answer import refuse_data_flags_without_data
+
+    refuse_data_flags_without_data(data, trust_remote_code=trust_remote_code)
     stats = None
     length = None
     prompt_length = pref.get("prompt_length")
     if data:
         from .model.dataset import load_tokenizer
 
-        choice = load_tokenizer(model)
-        if choice.approximate:
-            raise BadInput(f"--data with --train-mode {mode} needs the model's tokenizer: {choice.note}")
-        stats = read_data(data, run, choice.tokenizer)
+        stats = read_data(data, run, load_tokenizer(model, trust_remote_code=trust_remote_code))
         if mode == "grpo":
             prompt_length = prompt_length or stats.widest
         else:

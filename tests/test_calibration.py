@@ -144,3 +144,47 @@ def test_export_round_trips_into_the_evidence_without_user_paths(tmp_path):
         expected = predict(model, r.training_config(), "metal", length=width, runtime=ev.run_runtime(r))[0]
         assert abs(case.predicted(*me.vector(me.coefficients()["metal"]))[0] - expected) <= 64  # int rounding of parts
     assert any(r.key.startswith("user mine.csv") for r in me.evidence_runs([out])[0])
+
+
+def test_calibration_shows_a_long_model_path_in_full_at_80_columns(tmp_path):
+    """The table used to cut every model to its first 14 characters ("/home/me/mlxf…")."""
+    folder = tmp_path / "projects" / "fine-tuning-experiments" / "models" / "tiny-llama-with-a-long-name"
+    model = resolve_model("Qwen/Qwen3-0.6B")
+    store.record(str(folder), RUN.to_dict(), "cpu", 123_456_789, {"peak_with_load_bytes": 234_567_890, "steps": 3},
+                 architecture=store.architecture_key(model), source="local")
+    store.record(model.id, RUN.to_dict(), "cpu", 1, {"peak_with_load_bytes": 2, "steps": 3},
+                 architecture=store.architecture_key(model))
+    result = CliRunner().invoke(cli, ["calibration"], env={"COLUMNS": "80"}, catch_exceptions=False)
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert "…" not in result.output and max(len(line) for line in lines) <= 80
+    assert str(folder) in "".join(lines)  # whole, folded onto further lines where longer than the terminal
+    assert "Qwen/Qwen3-0.6B" in lines and "234.6 MB" in result.output
+
+
+def test_export_anonymises_relative_model_folders_too(tmp_path, monkeypatch):
+    """A folder given relative to the working directory ("models/my-llama") is a path on this
+    machine as much as an absolute one; Hub ids stay."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    shutil.copytree(TINY, tmp_path / "models" / "my-llama")
+    local = resolve_model("models/my-llama")
+    assert local.id == "models/my-llama" and local.source == "local"
+    _store = dict(architecture=store.architecture_key(local), config=local.config, source=local.source)
+    store.record(local.id, RUN.to_dict(), "metal", 1, {"peak_with_load_bytes": 2, "steps": 3}, **_store)
+    # as bench stores it (no config), and as measurements from before the source was stored
+    store.record(local.id, replace(RUN, rank=4).to_dict(), "metal", 1, {"peak_with_load_bytes": 2, "steps": 3},
+                 architecture=store.architecture_key(local), source="local")
+    store.record("my-llama", replace(RUN, rank=2).to_dict(), "metal", 1, {"peak_with_load_bytes": 2, "steps": 3},
+                 architecture=store.architecture_key(local))
+    hub = resolve_model("Qwen/Qwen3-0.6B")
+    store.record(hub.id, RUN.to_dict(), "metal", 1, {"peak_with_load_bytes": 2, "steps": 3},
+                 architecture=store.architecture_key(hub), source=hub.source)
+    out = tmp_path / "mine.csv"
+    result = CliRunner().invoke(cli, ["calibration", "--export", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0 and "Wrote 4 stored measurements" in result.output
+    text = out.read_text()
+    assert "my-llama" not in text and "models/" not in text
+    assert "Qwen/Qwen3-0.6B" in text and text.count("local llama") == 3

@@ -364,3 +364,18 @@ def test_chat_data_needs_a_chat_template(tmp_path, tokenizer_folder):
         measure(path, choice)
     text = write_jsonl(tmp_path / "t.jsonl", make_records("text", 4))
     assert measure(text, choice).examples == 4
+
+
+def test_the_character_stand_in_counts_as_the_approximation_does(tmp_path):
+    """Preference data without a tokenizer goes through mlx-lm-lora's dataset classes with
+    CharacterTokenizer: a conversation counts as the approximation of mlx-lm's chat data."""
+    from mlxfit.model.dataset import CharacterTokenizer
+
+    messages = [{"role": "user", "content": "abcd" * 5 + "e"}, {"role": "assistant", "content": "xy" * 7}]
+    path = write_jsonl(tmp_path / "c.jsonl", [{"messages": messages}])
+    expected = list(measure(path, approximation(), batch_size=1).lengths)[0]
+    tok = CharacterTokenizer()
+    assert len(tok.apply_chat_template(messages)) == expected == (6 + 4) + (4 + 4)
+    assert len(tok.encode(tok.apply_chat_template(messages, tokenize=False))) == expected
+    assert len(tok.apply_chat_template(messages[:1], add_generation_prompt=True)) == 6 + 4 + 4
+    assert len(tok.encode("abcde")) == 2

@@ -2,6 +2,7 @@
 with a rate recorded on this machine: no timing here."""
 
 import json
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -92,3 +93,20 @@ def test_a_short_expectation_reads_as_a_person_would_say_it():
     assert said((1e8, 5e8)).startswith("Expect under a second:")
     assert said((3e10, 3.2e10)).startswith("Expect about 30 s-32 s:")
     assert said((3e10, 3.02e10)).startswith("Expect about 30 s:")
+
+
+def test_a_long_steps_bound_never_reads_about_0_s(monkeypatch):
+    """--steps 1000000 on a tiny model was announced as 'about 0 s-25.4 h'."""
+    import mlxfit.measure.parent
+    import mlxfit.measure.rate
+    from mlxfit.errors import MlxfitError
+
+    monkeypatch.setattr(mlxfit.measure.rate, "matmul_rate", lambda *a, **k: RECORDED_BF16_RATE)
+    monkeypatch.setattr(mlxfit.measure.parent, "measure", lambda *a, **k: (_ for _ in ()).throw(MlxfitError("not built here")))
+    tiny = str(Path(__file__).parent.parent / "examples" / "tiny-llama")
+    args = ["probe", "--model", tiny, "--num-layers", "-1", "--batch-size", "1", "--max-seq-length", "8", "--measure", "--steps", "1000000", "--timeout", "100000000"]
+    result = CliRunner().invoke(cli, args, env={"COLUMNS": "80"})
+    text = " ".join(result.output.split())
+    assert "not built here" in text, result.output
+    assert "Expect under a second to about " in text and "about 0 s" not in text
+    assert "3-1000000 steps" in text

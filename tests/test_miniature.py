@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -155,3 +156,30 @@ def test_a_miniature_too_large_to_be_small_is_not_run(miniatures_on, monkeypatch
     config = {**resolve_model("Qwen/Qwen3-30B-A3B").config, "num_experts": 4096}  # a count no miniature shrinks
     moe = _from_config("many experts", "local", config)
     assert miniature.logits_buffers(moe, pref.resolve_run("dpo", {}, {}), 512) is None
+
+
+@needs_rl
+def test_ctrl_c_while_counting_says_what_it_stopped(miniatures_on, monkeypatch, model_folder):
+    """Ctrl-C while the miniatures were counted said 'interrupted at step 0; the measuring
+    process was stopped', though nothing was being measured."""
+    from contextlib import contextmanager
+
+    from click.testing import CliRunner
+
+    import mlxfit.answer
+    from mlxfit.cli.main import cli
+
+    @contextmanager
+    def ctrl_c_at_the_first_event(self):
+        def on_event(event):
+            raise KeyboardInterrupt  # as Ctrl-C arrives while run_child waits for the child's events
+
+        yield on_event
+
+    monkeypatch.setattr(mlxfit.answer.Silent, "measurement", ctrl_c_at_the_first_event)
+    folder = model_folder(LLAMA)
+    result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--train-mode", "dpo", "--json"])
+    assert result.exit_code == 130, result.output
+    text = " ".join(result.output.split())
+    assert re.search(r"interrupted while counting the preference step.s logits buffers on \d+ miniatures of the model", text)
+    assert "before any measurement" in text and "at step 0" not in text and "measuring process" not in text

@@ -211,9 +211,11 @@ def test_data_widest_batch_as_mlx_lm_lora_batches_it(tmp_path, tokenizer_folder)
     data.mkdir()
     rows = [{"prompt": "the quick fox " * (i + 1), "chosen": "a model " * (3 * i + 1), "rejected": "dog " * i} for i in range(6)]
     (data / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    tok = load_tokenizer(str(folder)).tokenizer
+    choice = load_tokenizer(str(folder))
+    tok = choice.tokenizer
     run = pref.resolve_run("dpo", {"batch_size": 2}, {})
-    stats = pref.read_data(str(data), run, tok)
+    stats = pref.read_data(str(data), run, choice)
+    assert stats.tokens_counted_by == "tokenizer" and stats.no_tokenizer_reason is None
     import types
 
     ds = create_dataset(rows, tok, types.SimpleNamespace(train_mode="dpo"))
@@ -250,6 +252,27 @@ def test_probe_measure_orpo_json(model_folder, tmp_path, monkeypatch):
     assert data["measured"]["compiled"] is True
     # The trainer's saved adapters went with the parent's folder (MLX keeps a folder of its own there).
     assert [p.name for p in temporary.iterdir() if p.name.startswith("mlxfit")] == []
+
+
+@needs_rl
+def test_probe_measure_dpo_times_each_step(model_folder):
+    """Every DPO step used to read "in 0.00 s": the child did not time mlx-lm-lora's steps."""
+    import re
+
+    folder = model_folder(TINY["llama"])
+    result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--train-mode", "dpo", "--max-seq-length", "32",
+                                      "--measure"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    steps = re.findall(r"step \d+: peak .* in (under 0\.01|[\d.]+) s", result.output)
+    assert len(steps) >= 3 and "in 0.00 s" not in result.output
+    assert any(s != "under 0.01" and float(s) > 0 for s in steps)
+
+
+def test_a_step_time_is_never_zero():
+    from mlxfit.render.measurement import step_time
+
+    assert step_time(0.0) == step_time(0.004) == "in under 0.01 s"
+    assert step_time(0.4712) == "in 0.47 s" and step_time(12.34) == "in 12.3 s"
 
 
 @pytest.mark.parametrize("memory", [None, "128GB"], ids=["this-machine", "hypothetical"])

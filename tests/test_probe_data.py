@@ -126,3 +126,143 @@ def test_a_measurement_with_data_is_keyed_by_its_widest_batch(model_with_tokeniz
     assert probe_json(*common, "--max-seq-length", "2048")["calibration"] is None  # 4x the tokens and more
     assert probe_json(*common, "--max-seq-length", str(width))["calibration"]["measurements"] == 1
     assert probe_json(*common, "--data", str(data_folder), "--max-seq-length", "2048")["calibration"]["measurements"] == 1
+
+
+def test_transformers_notices_stay_off_the_output(model_with_tokenizer, data_folder):
+    """Loading the tokenizer imports transformers, which printed "[transformers] PyTorch was
+    not found. Models won't be available ..." into probe's output (a fresh process: the
+    notice comes once, at import)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFORMERS_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "mlxfit", "probe", "--model", str(model_with_tokenizer), "--num-layers", "2",
+         "--data", str(data_folder), "--max-seq-length", "256"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "[transformers]" not in result.stdout + result.stderr
+    assert "PyTorch" not in result.stdout + result.stderr
+    assert "Data " in result.stdout  # mlxfit's own output is all there
+
+
+# -- how --data's tokens are counted: the model's tokenizer, fetched like its config, or characters, said so
+
+CHARACTERS = "characters (4 per token, assumed: no tokenizer)"
+
+
+@pytest.fixture
+def hub_online(monkeypatch):
+    """The Hub as if it could be reached (HF_HUB_OFFLINE unset, the endpoint reachable);
+    `download` replaces hf_hub_download: no test reaches the network."""
+    import huggingface_hub
+    import huggingface_hub.constants
+
+    import mlxfit.model.resolve as resolve
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(resolve, "_reachable", lambda *a, **k: True)
+    asked = []
+
+    def use(download):
+        def recorded(repo_id, filename, **kwargs):
+            asked.append((repo_id, filename))
+            return download(repo_id, filename)
+
+        monkeypatch.setattr(huggingface_hub, "hf_hub_download", recorded)
+        return asked
+
+    return use
+
+
+def probe_text(*args):
+    result = CliRunner().invoke(cli, ["probe", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.split())
+
+
+def test_a_local_model_folder_counts_tokens_with_its_tokenizer(model_with_tokenizer, data_folder):
+    args = ("--model", str(model_with_tokenizer), "--num-layers", "2", "--data", str(data_folder))
+    stats = probe_json(*args)["data"]
+    assert stats["tokens_counted_by"] == "tokenizer" and stats["no_tokenizer_reason"] is None
+    assert stats["tokenizer_source"] == "model folder" and not stats["approximate"]
+    text = probe_text(*args)
+    assert "tokens counted by the tokenizer (model folder)" in text and "characters" not in text
+
+
+def test_a_hub_id_fetches_its_tokenizer_as_it_fetches_the_config(hub_online, tokenizer_folder, data_folder):
+    """The tokenizer's small files come through huggingface_hub like config.json (its
+    cache, HF_HUB_OFFLINE): here a stand-in Hub serves the tiny tokenizer's files."""
+    from huggingface_hub.errors import EntryNotFoundError
+
+    def download(repo_id, filename):
+        if not (tokenizer_folder / filename).is_file():
+            raise EntryNotFoundError(f"{filename} is not in {repo_id}")
+        return str(tokenizer_folder / filename)
+
+    asked = hub_online(download)
+    stats = probe_json("Qwen/Qwen3-0.6B", "--data", str(data_folder))["data"]
+    assert stats["tokens_counted_by"] == "tokenizer" and stats["tokenizer_source"] == "fetched from the Hugging Face Hub"
+    assert {name for _, name in asked} >= {"tokenizer.json", "tokenizer_config.json"}
+    assert all(repo == "Qwen/Qwen3-0.6B" and not name.endswith(".safetensors") for repo, name in asked)
+    from mlxfit.model.dataset import approximation, measure
+
+    assert measure(data_folder, approximation()).p50 != stats["p50"]  # the tokenizer's own count, not 4 characters
+
+
+def test_a_hub_id_that_cannot_be_fetched_says_it_counted_characters(hub_online, data_folder):
+    def download(repo_id, filename):
+        raise OSError("[Errno 101] Network is unreachable")
+
+    hub_online(download)
+    args = ("Qwen/Qwen3-0.6B", "--data", str(data_folder))
+    stats = probe_json(*args)["data"]
+    assert stats["tokens_counted_by"] == CHARACTERS and stats["approximate"]
+    assert stats["no_tokenizer_reason"] == ("could not fetch the tokenizer of Qwen/Qwen3-0.6B: "
+                                            "[Errno 101] Network is unreachable")
+    text = probe_text(*args)
+    assert f"warning: tokens counted by {CHARACTERS}: could not fetch the tokenizer of Qwen/Qwen3-0.6B" in text
+
+
+def test_offline_a_hub_id_counts_characters_and_says_why(data_folder):
+    """HF_HUB_OFFLINE (set for every test) and nothing cached: no fetch, the assumption said."""
+    stats = probe_json("Qwen/Qwen3-0.6B", "--data", str(data_folder))["data"]
+    assert stats["tokens_counted_by"] == CHARACTERS
+    assert "not in the Hugging Face cache" in stats["no_tokenizer_reason"]
+    assert f"tokens counted by {CHARACTERS}: the tokenizer of Qwen/Qwen3-0.6B is not in the Hugging Face cache" \
+        in probe_text("Qwen/Qwen3-0.6B", "--data", str(data_folder))
+
+
+@pytest.fixture
+def preference_data(tmp_path):
+    folder = tmp_path / "pref"
+    folder.mkdir()
+    rows = [{"prompt": "the quick fox " * (i + 1), "chosen": "a model " * (3 * i + 1), "rejected": "dog " * i} for i in range(6)]
+    (folder / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return folder
+
+
+def test_preference_data_without_a_tokenizer_counts_characters_as_sft_does(hub_online, preference_data):
+    """--train-mode dpo --data refused where SFT counted characters; now both count them and say so."""
+    pytest.importorskip("mlx_lm_lora")
+
+    def download(repo_id, filename):
+        raise OSError("[Errno 101] Network is unreachable")
+
+    hub_online(download)
+    args = ("Qwen/Qwen3-0.6B", "--train-mode", "dpo", "--batch-size", "2", "--data", str(preference_data))
+    data = probe_json(*args)
+    assert data["data"]["tokens_counted_by"] == CHARACTERS
+    assert data["data"]["no_tokenizer_reason"].startswith("could not fetch the tokenizer of Qwen/Qwen3-0.6B")
+    assert data["estimate"]["length"] == data["data"]["widest"] > 0  # the data sizes the run, as with a tokenizer
+    text = probe_text(*args)
+    assert f"warning: tokens counted by {CHARACTERS}: could not fetch the tokenizer" in text
+
+
+def test_preference_data_with_a_tokenizer_says_so(model_with_tokenizer, preference_data):
+    pytest.importorskip("mlx_lm_lora")
+    args = ("--model", str(model_with_tokenizer), "--train-mode", "dpo", "--batch-size", "2", "--data", str(preference_data))
+    assert probe_json(*args)["data"]["tokens_counted_by"] == "tokenizer"
+    assert "tokens counted by the tokenizer" in probe_text(*args)

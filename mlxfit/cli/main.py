@@ -137,9 +137,9 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     if mode == "sft":
         preference.refuse_mode_flags(pref)
     else:  # mlx-lm-lora's dpo, cpo, orpo, grpo
-        preference.refuse_sft_flags(mode, method is not None, training_flags.get("bits") is not None)
+        preference.refuse_sft_flags(mode, method is not None, training_flags.get("bits") is not None, skip_bad_lines)
         return preference.probe(model_spec, config_path, data, training_flags, pref, get_machine(memory, gpu_memory, reserve),
-                                backend, do_measure, timeout, steps, json_, reserve)
+                                backend, do_measure, timeout, steps, json_, reserve, trust_remote_code)
     if json_:
         progress = answers.Silent()
     else:

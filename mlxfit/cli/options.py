@@ -67,10 +67,16 @@ def _output_lost() -> bool:
         return True
 
 
+def debugging() -> bool:
+    """MLXFIT_DEBUG set to a true value (1, true, yes): errors show their traceback.
+    0, false, no or empty leave them one line."""
+    return os.environ.get("MLXFIT_DEBUG", "").strip().lower() in ("1", "true", "yes")
+
+
 def handle_errors(fn):
     """Library errors become one line and an exit status; Ctrl-C exits 130; a file
     or the output that cannot be written, one line and exit status 1;
-    MLXFIT_DEBUG=1 re-raises."""
+    MLXFIT_DEBUG=1 (true, yes) re-raises."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -80,7 +86,7 @@ def handle_errors(fn):
             _output_lost()  # `| head`: the reader has what it wanted
             click.get_current_context().exit(1)
         except OSError as e:
-            if os.environ.get("MLXFIT_DEBUG"):
+            if debugging():
                 raise
             import errno
 
@@ -93,13 +99,13 @@ def handle_errors(fn):
             click.echo(f"Error: {message}", err=True)
             click.get_current_context().exit(1)
         except KeyboardInterrupt as e:
-            if os.environ.get("MLXFIT_DEBUG"):
+            if debugging():
                 raise
             click.echo("Interrupted.", err=True)
             # 128 + the signal's number, as shells report it (SIGINT unless a watch saw another)
             click.get_current_context().exit(getattr(e, "exit_code", 130))
         except MlxfitError as e:
-            if os.environ.get("MLXFIT_DEBUG"):
+            if debugging():
                 raise
             if e.exit_code == 2:
                 raise click.UsageError(str(e)) from None

@@ -59,10 +59,15 @@ def refuse_mode_flags(pref: dict) -> None:
         raise BadInput(f"{flag} is mlx_lm_lora.train's: add --train-mode {MODE_WORDS}")
 
 
-def refuse_sft_flags(mode: str, method_given: bool, bits_given: bool) -> None:
+def refuse_sft_flags(mode: str, method_given: bool, bits_given: bool, skip_bad_lines: bool = False) -> None:
     """mlx_lm.lora's --method and --bits mean nothing to mlx_lm_lora.train: say so rather
-    than estimate a run the user did not ask for."""
+    than estimate a run the user did not ask for. --skip-bad-lines neither: a preference
+    mode's data is read whole, as mlx-lm-lora reads it."""
     from ..errors import BadInput
+
+    if skip_bad_lines:
+        raise BadInput(f"--skip-bad-lines is for mlx_lm.lora's data: with --train-mode {mode} every line is read, "
+                       "as mlx-lm-lora reads them; leave it out")
 
     if method_given:
         raise BadInput(f"--method is mlx_lm.lora's: with --train-mode {mode} use --train-type (lora, dora, full) "
@@ -72,7 +77,7 @@ def refuse_sft_flags(mode: str, method_given: bool, bits_given: bool) -> None:
 
 
 def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machine, backend, do_measure, timeout, steps,
-          json_, reserve=None):
+          json_, reserve=None, trust_remote_code=False):
     """Call mlxfit.answer_preference.probe and print its answer (JSON or text)."""
     from .. import answer_preference
     from ..answer import Silent
@@ -84,7 +89,7 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
 
         progress = ProbeProgress()
     answer = answer_preference.probe(model_spec, config_path, data, training_flags, pref, machine, backend, do_measure,
-                                     timeout, steps, progress, reserve)
+                                     timeout, steps, progress, reserve, trust_remote_code)
     if json_:
         from .options import print_json
 

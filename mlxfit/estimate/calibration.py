@@ -99,12 +99,14 @@ class Calibration:
 
 
 def record(model_id: str, training: dict, backend: str, predicted_bytes: int, measured: dict, architecture: dict | None = None,
-           *, length: int | None = None, machine: dict | None = None, config: dict | None = None) -> Path:
+           *, length: int | None = None, machine: dict | None = None, config: dict | None = None,
+           source: str | None = None) -> Path:
     """Store one measurement; the same configuration overwrites its own file.
     `length`: the widest batch of the data it ran (None: max_seq_length), what the
     measurement is then keyed by. `machine` (device_name, total_bytes) and `config` (a
     local model's config.json) let `mlxfit calibration --export` write it as evidence
-    (mlxfit/estimate/export.py)."""
+    (mlxfit/estimate/export.py); `source` (resolve.py's: "local" for a folder) lets it
+    tell a relative folder from a Hub id."""
     import hashlib
     from datetime import date
 
@@ -121,6 +123,7 @@ def record(model_id: str, training: dict, backend: str, predicted_bytes: int, me
         "date": date.today().isoformat(),
         **({"machine": machine} if machine else {}),
         **({"config": config} if config else {}),
+        **({"source": source} if source else {}),
     }
     if length and length < training["max_seq_length"]:
         entry["length"] = length

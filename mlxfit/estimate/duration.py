@@ -140,6 +140,19 @@ def words(e: Expectation) -> str:
             f"({e.dtype} products, measured here)")
 
 
+def span(e: Expectation) -> str:
+    """The time in words: "about 40 s-2 min"; never "about 0 s" as a bound, since a
+    sub-second end reads as "under a second"."""
+    from ..units import format_seconds
+
+    low, high = format_seconds(e.low_seconds), format_seconds(e.high_seconds)
+    if e.high_seconds < 1:
+        return "under a second"
+    if e.low_seconds < 1:
+        return f"under a second to about {high}"
+    return f"about {low}" if low == high else f"about {low}-{high}"
+
+
 def too_long(e: Expectation, timeout: float) -> str | None:
     """Why the measurement would not finish within --timeout (None: it would)."""
     import math

@@ -4,14 +4,15 @@
 (mlxfit/estimate/calibration.py) as one CSV row: the columns of mac_runs.csv, so a row
 reads like the public runs beside it, then the machine-readable columns
 benchmarks/mac_evidence.py needs to reproduce it (EXTRA_COLUMNS). A row never holds a
-path on the user's machine: a local model is named by its architecture and carried by
-its config.json (keys naming files or folders dropped).
+path on the user's machine: a local model (a folder, absolute or relative) is named by its
+architecture and carried by its config.json (keys naming files or folders dropped).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import date
 
 GB = 10**9
@@ -23,9 +24,17 @@ COLUMNS = EVIDENCE_COLUMNS + EXTRA_COLUMNS
 SOURCE = "mlxfit --measure (contributed)"
 
 
-def is_local(model_id: str) -> bool:
-    """A model given as a folder rather than a Hub or catalog id."""
-    return model_id.startswith(("/", "~", ".")) or "\\" in model_id or os.path.isdir(os.path.expanduser(model_id))
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def is_local(model_id: str, source: str | None = None) -> bool:
+    """A model given as a folder, absolute or relative, rather than a Hub or catalog id.
+    `source` is stored with measurements since it was recorded; before, a folder is
+    anything that is not shaped as a Hub id (owner/name) or that is a folder here."""
+    if source is not None:
+        return source == "local"
+    return (model_id.startswith(("/", "~", ".")) or "\\" in model_id or not _HUB_ID.fullmatch(model_id)
+            or os.path.isdir(os.path.expanduser(model_id)))
 
 
 def _looks_like_path(value) -> bool:
@@ -44,7 +53,7 @@ def clean_config(config: dict) -> dict:
 
 def model_name(entry: dict) -> str:
     model = entry.get("model") or ""
-    if not is_local(model):
+    if not is_local(model, entry.get("source")) and not entry.get("config"):  # a config is stored for folders only
         return model
     arch = entry.get("architecture") or {}
     return f"local {arch.get('model_type') or 'model'} ({arch.get('params') or '?'} parameters, {arch.get('dtype') or '?'})"

@@ -202,8 +202,12 @@ def _count(todo: dict, on_event) -> dict:
             with stopping_children():  # whoever called: a signal stops the child first
                 run_child({"miniatures": requests}, SECONDS_EACH * (len(requests) + 2), event,
                           module="mlxfit.measure.preference_child")
-    except MeasurementInterrupted:
-        raise  # a signal ends the command, not just the count
+    except MeasurementInterrupted as e:  # a signal ends the command, not just the count: said as what it stopped
+        stopped = MeasurementInterrupted(f"interrupted while counting the preference step's logits buffers on "
+                                         f"{len(requests)} miniatures of the model, before any measurement; "
+                                         "their process was stopped", kind="interrupted")
+        stopped.exit_code = e.exit_code
+        raise stopped from None
     except MeasurementFailed:
         pass  # what was counted before the failure is kept
     peaks = [seen.get(i) for i in range(len(requests))]

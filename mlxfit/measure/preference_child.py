@@ -135,14 +135,17 @@ def measure_steps(request: dict, emit_event=emit) -> dict:
     seed_as_train_model()
     opt = {"adam": optim.Adam, "adamw": optim.AdamW, "muon": optim.Muon}[training.optimizer](learning_rate=1e-5)
     peaks, reports = [], []
+    since = [time.perf_counter()]  # the last report (one per step): each step's time is the time between two
 
     class Callback(TrainingCallback):
         def on_train_loss_report(self, info):
             peak = mx.get_peak_memory() - held
+            seconds = time.perf_counter() - since[0]
             peaks.append(peak)
             reports.append({k: v for k, v in info.items() if "generated_tokens" in k or k == "peak_memory"})
-            emit_event("step", step=info.get("iteration", len(peaks)), peak_bytes=peak, seconds=0.0, tokens=0)
+            emit_event("step", step=info.get("iteration", len(peaks)), peak_bytes=peak, seconds=seconds, tokens=0)
             mx.reset_peak_memory()
+            since[0] = time.perf_counter()
 
         def on_val_loss_report(self, info):
             pass
@@ -160,7 +163,7 @@ def measure_steps(request: dict, emit_event=emit) -> dict:
     seq_step = 512 if run_["efficient_long_context"] else None
     mx.reset_peak_memory()
     emit_event("stage", stage=f"{mode} steps")
-    tic = time.perf_counter()
+    tic = since[0] = time.perf_counter()
     if mode == "dpo":
         from mlx_lm_lora.trainer.dpo_trainer import DPOTrainingArgs, train_dpo
 
@@ -234,6 +237,9 @@ def measure_miniatures(requests: list) -> list:
 
 
 def main() -> None:
+    from ..model.mlx_lm_modules import quiet_transformers
+
+    quiet_transformers()  # mlx-lm-lora imports transformers: a failure's last line is then its own
     serve(run)
 
 

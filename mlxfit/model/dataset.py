@@ -19,6 +19,8 @@ from typing import Callable, Sequence
 from ..errors import BadInput, MlxfitError
 
 APPROX_CHARS_PER_TOKEN = 4
+COUNTED_BY_TOKENIZER = "tokenizer"
+COUNTED_BY_CHARACTERS = f"characters ({APPROX_CHARS_PER_TOKEN} per token, assumed: no tokenizer)"
 APPROX_TOKENS_PER_MESSAGE = 4  # role markers and separators of a chat template
 PAD_TO = 32  # mlx_lm/tuner/trainer.py: iterate_batches pads to 1 + a multiple of 32
 BAD_LINES_LISTED = 5
@@ -39,12 +41,17 @@ class TokenizerChoice:
     """A loaded tokenizer (mlx-lm's TokenizerWrapper), or None to estimate from characters."""
 
     tokenizer: object | None
-    source: str  # "model folder" | "hub cache" | "approximation: 4 chars per token"
+    source: str  # "model folder" | "hub cache" | "fetched from the Hugging Face Hub" | "approximation: 4 chars per token"
     note: str | None = None  # why there is no tokenizer, when approximating
 
     @property
     def approximate(self) -> bool:
         return self.tokenizer is None
+
+    @property
+    def counted_by(self) -> str:
+        """How tokens are counted, in the words text and JSON both use."""
+        return COUNTED_BY_CHARACTERS if self.approximate else COUNTED_BY_TOKENIZER
 
 
 def approximation(note: str | None = None) -> TokenizerChoice:
@@ -68,9 +75,14 @@ class DataStats:
     tokenizer_source: str
     approximate: bool
     skipped_lines: int = 0
+    no_tokenizer_reason: str | None = None  # why tokens were counted by characters
     bad_lines: tuple[tuple[int, str], ...] = ()  # (line number, problem), the first few
     lengths: array = field(default_factory=lambda: array("I"), repr=False, compare=False)
     batch_widths: tuple = field(default=(), repr=False, compare=False)  # every batch's width, as iterate_batches cuts them
+
+    @property
+    def tokens_counted_by(self) -> str:
+        return COUNTED_BY_CHARACTERS if self.approximate else COUNTED_BY_TOKENIZER
 
     def to_dict(self) -> dict:
         return {
@@ -88,6 +100,8 @@ class DataStats:
             "max_seq_length": self.max_seq_length,
             "tokenizer_source": self.tokenizer_source,
             "approximate": self.approximate,
+            "tokens_counted_by": self.tokens_counted_by,
+            "no_tokenizer_reason": self.no_tokenizer_reason,
             "skipped_lines": self.skipped_lines,
             "bad_lines": [{"line": n, "problem": p} for n, p in self.bad_lines],
         }
@@ -331,11 +345,33 @@ def _counter(fmt: str, choice: TokenizerChoice, f: dict) -> Callable[[dict], int
     return count
 
 
+def approximate_tokens(text) -> int:
+    """Tokens of a text (or of a JSON value, as written) at APPROX_CHARS_PER_TOKEN."""
+    if not isinstance(text, str):
+        text = json.dumps(text, ensure_ascii=False)
+    return math.ceil(len(text) / APPROX_CHARS_PER_TOKEN)
+
+
+class CharacterTokenizer:
+    """Stands in for the tokenizer where there is none, for mlx-lm-lora's dataset classes
+    (mlx_lm_lora/trainer/datasets.py calls encode and apply_chat_template, and reads
+    eos_token_id): the same count as the approximation of mlx-lm's data, characters
+    over APPROX_CHARS_PER_TOKEN and APPROX_TOKENS_PER_MESSAGE per message."""
+
+    eos_token_id = 0
+    has_thinking = False
+
+    def encode(self, text, **kwargs) -> list[int]:
+        return [0] * approximate_tokens(text)
+
+    def apply_chat_template(self, messages, tools=None, add_generation_prompt=False, tokenize=True, **kwargs):
+        n = sum(approximate_tokens(m.get("content") or "") + APPROX_TOKENS_PER_MESSAGE for m in messages)
+        n += (approximate_tokens(tools) if tools else 0) + (APPROX_TOKENS_PER_MESSAGE if add_generation_prompt else 0)
+        return [0] * n if tokenize else "x" * (n * APPROX_CHARS_PER_TOKEN)
+
+
 def _approx_counter(fmt: str, f: dict) -> Callable[[dict], int]:
-    def tokens(text) -> int:
-        if not isinstance(text, str):
-            text = json.dumps(text, ensure_ascii=False)
-        return math.ceil(len(text) / APPROX_CHARS_PER_TOKEN)
+    tokens = approximate_tokens
 
     def tools(record) -> int:
         return tokens(record["tools"]) if record.get("tools") else 0
@@ -398,6 +434,7 @@ def _stats(path, fmt, lengths, fields_per_line, choice, batch_size, max_seq_leng
         max_seq_length=max_seq_length,
         tokenizer_source=choice.source,
         approximate=choice.approximate,
+        no_tokenizer_reason=choice.note if choice.approximate else None,
         skipped_lines=skipped,
         bad_lines=tuple(bad),
         lengths=lengths,
@@ -409,11 +446,13 @@ def _stats(path, fmt, lengths, fields_per_line, choice, batch_size, max_seq_leng
 
 
 def load_tokenizer(model, *, trust_remote_code: bool = False) -> TokenizerChoice:
-    """The model's tokenizer as mlx_lm.lora loads it, without the network.
+    """The model's tokenizer as mlx_lm.lora loads it.
 
     `model` is a ModelInfo, a local folder or a Hugging Face repo id. A folder's
-    tokenizer is loaded from it; a repo id's only from the local Hugging Face cache.
-    With neither, lengths are approximated from characters.
+    tokenizer is loaded from it; a repo id's from the local Hugging Face cache, or
+    fetched as its config.json is (its small tokenizer files only; not with
+    HF_HUB_OFFLINE). With neither, lengths are approximated from characters, and the
+    choice says why (`note`).
     """
     folder, source = _tokenizer_folder(model)
     if folder is None:
@@ -422,13 +461,13 @@ def load_tokenizer(model, *, trust_remote_code: bool = False) -> TokenizerChoice
         return TokenizerChoice(_load_wrapped(folder, trust_remote_code), source)
     except Exception as e:  # transformers raises many types
         reason = " ".join(str(e).split())[:300] or type(e).__name__
-        if source == "hub cache":
-            return approximation(f"the cached tokenizer did not load: {reason}")
+        if source != "model folder":
+            return approximation(f"the tokenizer from the Hugging Face Hub did not load: {reason}")
         raise MlxfitError(f"cannot load the tokenizer in {folder}: {reason}") from e
 
 
 def _tokenizer_folder(model) -> tuple[Path | None, str]:
-    """(folder, "model folder" | "hub cache"), or (None, why not)."""
+    """(folder, "model folder" | "hub cache" | "fetched from the Hugging Face Hub"), or (None, why not)."""
     path = getattr(model, "path", None)
     if path is None and isinstance(model, (str, Path)) and Path(model).expanduser().exists():
         path = Path(model).expanduser()
@@ -449,11 +488,16 @@ def _tokenizer_folder(model) -> tuple[Path | None, str]:
         cached = try_to_load_from_cache(repo_id, name)
         if isinstance(cached, str):
             return Path(cached).parent, "hub cache"
-    return None, f"the tokenizer of {repo_id} is not in the Hugging Face cache"
+    from .resolve import fetch_tokenizer
+
+    return fetch_tokenizer(repo_id)
 
 
 def _load_wrapped(folder: Path, trust_remote_code: bool):
     """mlx_lm.utils.load's tokenizer step: load_tokenizer with the config's eos ids."""
+    from .mlx_lm_modules import quiet_transformers
+
+    quiet_transformers()
     from mlx_lm.utils import load_config
     from mlx_lm.utils import load_tokenizer as mlx_load_tokenizer
 

@@ -134,10 +134,11 @@ def resolve_run(mode: str, flags: dict, config: dict) -> PreferenceRun:
     lora = {**CONFIG_DEFAULTS["lora_parameters"], **(config.get("lora_parameters") or {})}
     if flags.get("rank") is not None:
         lora["rank"] = flags["rank"]
-    bits = None
-    for key, n in LOAD_IN_BITS.items():
-        if pick(key, True if flags.get(key) else None):
-            bits = bits or n
+    chosen = [key for key in LOAD_IN_BITS if pick(key, True if flags.get(key) else None)]
+    if len(chosen) > 1:  # mlx_lm_lora.train would quietly take the first of them
+        raise BadInput(f"{' with '.join('--' + k.replace('_', '-') for k in chosen)}: give one "
+                       "(mlx-lm-lora quantizes the base once)")
+    bits = LOAD_IN_BITS[chosen[0]] if chosen else None
     if config.get("load_in_mxfp4") or flags.get("load_in_mxfp4"):
         raise BadInput("--load-in-mxfp4 is not covered by the estimate (use --load-in-4bits, -6bits or -8bits)")
     fine_tune_type = pick("train_type", flags.get("fine_tune_type"))
@@ -196,17 +197,24 @@ class PreferenceData:
     batches: int
     widest: int  # tokens of the widest batch (DPO/CPO/ORPO: padded width; GRPO: longest prompt)
     kind: str  # "chosen/rejected" or "prompt/answer"
+    tokens_counted_by: str = "tokenizer"  # or characters, as mlx-lm's data (mlxfit/model/dataset.py)
+    no_tokenizer_reason: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def read_data(data: str, run: PreferenceRun, tokenizer) -> PreferenceData:
+def read_data(data: str, run: PreferenceRun, choice) -> PreferenceData:
     """The widest batch of --data's train.jsonl, built by mlx-lm-lora's own
-    create_dataset and its mode's batch iterator (mlx_lm_lora/trainer/)."""
+    create_dataset and its mode's batch iterator (mlx_lm_lora/trainer/), with the
+    model's tokenizer (`choice`, a dataset.TokenizerChoice), or without one counted
+    by characters as mlx-lm's data is."""
     require_extra("--data with --train-mode " + run.mode)
     import types
 
+    from .mlx_lm_modules import quiet_transformers
+
+    quiet_transformers()
     from mlx_lm_lora.trainer.datasets import create_dataset
 
     path = Path(data).expanduser()
@@ -224,6 +232,9 @@ def read_data(data: str, run: PreferenceRun, tokenizer) -> PreferenceData:
         raise BadInput(f"{file} has no rows")
     t = run.training
     config = types.SimpleNamespace(train_mode=run.mode, max_seq_length=t.max_seq_length, mask_prompt=False)
+    from .dataset import CharacterTokenizer
+
+    tokenizer = CharacterTokenizer() if choice.approximate else choice.tokenizer
     try:
         dataset = create_dataset(rows, tokenizer, config)
     except (KeyError, ValueError, TypeError) as e:
@@ -232,7 +243,8 @@ def read_data(data: str, run: PreferenceRun, tokenizer) -> PreferenceData:
         raise BadInput(f"{file}: {len(dataset)} rows, fewer than the batch size {t.batch_size}")
     widths = list(_batch_widths(dataset, run))
     kind = "prompt/answer" if run.mode == "grpo" else "chosen/rejected"
-    return PreferenceData(str(file), len(dataset), len(widths), max(widths), kind)
+    return PreferenceData(str(file), len(dataset), len(widths), max(widths), kind, choice.counted_by,
+                          choice.note if choice.approximate else None)
 
 
 def _batch_widths(dataset, run: PreferenceRun):

@@ -421,6 +421,48 @@ def hub_weight_files(repo_id: str, revision: str | None) -> tuple[WeightFiles | 
 
 HUB_TIMEOUT_S = 2.5
 HEADERS_TIMEOUT_S = 10.0  # per header request, once the hub is known to answer (huggingface_hub's default)
+# The tokenizer's files, as small and as public as config.json (never weights);
+# tokenizer.model (SentencePiece) is fetched where there is no tokenizer.json.
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json", "chat_template.jinja",
+                   "config.json")
+
+
+def fetch_tokenizer(repo_id: str) -> tuple[Path | None, str]:
+    """(the folder of repo_id's tokenizer files, fetched as config.json is: through
+    huggingface_hub, its cache and HF_HUB_OFFLINE), or (None, why not), never an error:
+    without a tokenizer, --data is counted by characters and says so."""
+    try:
+        from huggingface_hub import constants, hf_hub_download
+        from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+    except ImportError:  # pragma: no cover - huggingface_hub is a dependency
+        return None, "huggingface_hub is missing"
+    if constants.HF_HUB_OFFLINE:
+        return None, f"the tokenizer of {repo_id} is not in the Hugging Face cache, and HF_HUB_OFFLINE is set"
+    if not _reachable(constants.ENDPOINT):
+        return None, f"the tokenizer of {repo_id} is not in the Hugging Face cache, and {constants.ENDPOINT} cannot be reached"
+
+    def fetch(name: str) -> Path | None:
+        try:
+            return Path(hf_hub_download(repo_id, name, etag_timeout=HUB_TIMEOUT_S))
+        except LocalEntryNotFoundError:  # a subclass of EntryNotFoundError: offline, not an absent file
+            raise
+        except EntryNotFoundError:
+            return None
+
+    try:
+        with _quiet_hub():
+            fetched = {name: fetch(name) for name in TOKENIZER_FILES}
+            if fetched["tokenizer.json"] is None:
+                fetched["tokenizer.model"] = fetch("tokenizer.model")
+    except LocalEntryNotFoundError:
+        return None, f"the tokenizer of {repo_id} is not in the Hugging Face cache (offline?)"
+    except Exception as e:  # network and permission errors come in many types (a gated repository among them)
+        reason = " ".join(str(e).split())[:200] or type(e).__name__
+        return None, f"could not fetch the tokenizer of {repo_id}: {reason}"
+    tokenizer = fetched["tokenizer.json"] or fetched.get("tokenizer.model")
+    if tokenizer is None:
+        return None, f"{repo_id} on the Hugging Face Hub has no tokenizer.json"
+    return tokenizer.parent, "fetched from the Hugging Face Hub"
 
 
 def _reachable(endpoint: str, timeout: float = HUB_TIMEOUT_S) -> bool:

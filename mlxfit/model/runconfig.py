@@ -305,6 +305,21 @@ def with_method(training: TrainingConfig, method: str | None) -> TrainingConfig:
     return replace(training, fine_tune_type=fine_tune_type, quantize=(method == "qlora"))
 
 
+def check_stored_quantization(resolved: ResolvedConfig, model) -> None:
+    """--bits or --group-size on a model stored quantized would change nothing: mlx-lm
+    trains the stored quantization as it is and cannot quantize it again. Refused,
+    naming what is stored, rather than shown as the stored bits and reported as the flag's."""
+    if not model.quantized:
+        return
+    for key, stored in (("bits", model.bits), ("group_size", model.group_size)):
+        given = getattr(resolved.training, key)
+        if resolved.sources.get(key) == "flag" and stored is not None and given != stored:
+            flag = "--" + key.replace("_", "-")
+            raise BadInput(f"{flag} {given}: {model.id} is stored {model.bits}-bit (group {model.group_size}), "
+                           f"and mlx-lm trains a stored quantization as it is (it cannot quantize it again): "
+                           f"leave {flag} out")
+
+
 def context_of(model) -> tuple[int | None, bool]:
     """The model's max_position_embeddings (None: not said), and whether its config has
     rope_scaling, which may stretch it."""

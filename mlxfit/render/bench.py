@@ -16,6 +16,7 @@ from ..estimate.sizing import judged
 from ..estimate.uncertainty import verdict as range_verdict
 from ..measure.bench import ESTIMATED, FAILED, MEASURED, SKIPPED, UNKNOWN, MaxResult, Row
 from ..units import GB, format_count, format_size
+from .measurement import step_time
 from .memory import machine_line, print_warnings
 from .text import VERDICT_STYLE, console, err_console
 
@@ -69,9 +70,8 @@ def run_word(fits: bool | None) -> Text:
 
 
 def step_line(run: str, event: dict) -> str:
-    """One plain line per step, for a log: stderr is not a terminal, so no live bar shows.
-    An mlx-lm-lora step comes untimed (seconds None)."""
-    timed = "" if event["seconds"] is None else f" in {event['seconds']:.2f} s"
+    """One plain line per step, for a log: stderr is not a terminal, so no live bar shows."""
+    timed = "" if event.get("seconds") is None else " " + step_time(event["seconds"])
     return f"  {run} · step {event['step']}: peak {format_size(event['peak_bytes'])}{timed}"
 
 

@@ -58,6 +58,17 @@ def render_config_notes(resolved) -> None:
         console.print(f"[yellow]warning:[/] {resolved.config_file}: mlx_lm.lora ignores {key!r} in a config file (its flag default wins)")
 
 
+def render_counted_by(counted_by: str, source: str | None, reason: str | None) -> None:
+    """How --data's tokens were counted: by the model's tokenizer (from `source`), or by
+    characters, said as a warning with the reason there is no tokenizer."""
+    from rich.markup import escape
+
+    if reason is None:
+        console.print(f"[dim]         tokens counted by the {counted_by}" + (f" ({source})" if source else "") + "[/]")
+    else:
+        print_hanging(f"[yellow]warning:[/] tokens counted by {counted_by}: {escape(reason)}", indent=2)
+
+
 def render_data(stats) -> None:
     approx = " (approximate: no tokenizer)" if stats.approximate else ""
     print_fields("Data", [
@@ -65,7 +76,8 @@ def render_data(stats) -> None:
         f"tokens p50 {stats.p50} · p90 {stats.p90} · p99 {stats.p99} · max {stats.max}",
         f"widest batch {stats.worst_batch_tokens}{approx}",
     ])
-    console.print(f"[dim]         tokenizer: {stats.tokenizer_source}[/]")
+    render_counted_by(stats.tokens_counted_by, stats.tokenizer_source,
+                      (stats.no_tokenizer_reason or "no tokenizer") if stats.approximate else None)
     if stats.skipped_lines:
         lines = ", ".join(str(n) for n, _ in stats.bad_lines)
         word = "line" if stats.skipped_lines == 1 else "lines"

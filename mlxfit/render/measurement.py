@@ -42,13 +42,21 @@ def measure_progress(quiet: bool = False):
                 progress.console.print(f"  model ready in {event['seconds']:.1f} s, {format_size(event['peak_bytes'])} held")
             elif kind == "step":
                 progress.console.print(
-                    f"  step {event['step']}: peak {format_size(event['peak_bytes'])} in {event['seconds']:.2f} s"
+                    f"  step {event['step']}: peak {format_size(event['peak_bytes'])} {step_time(event['seconds'])}"
                 )
                 progress.update(task, description=f"training steps (step {event['step'] + 1})")
             elif kind in ("done", "error"):
                 progress.update(task, description="done" if kind == "done" else "failed")
 
         yield on_event
+
+
+def step_time(seconds: float) -> str:
+    """A step's time, to a precision it can be read at: "in 0.47 s", "in 12.3 s", and
+    "in under 0.01 s" rather than "in 0.00 s"."""
+    if seconds < 0.01:
+        return "in under 0.01 s"
+    return f"in {seconds:.2f} s" if seconds < 10 else f"in {seconds:.1f} s"
 
 
 def render_comparison(comparison) -> None:
@@ -95,12 +103,9 @@ def render_comparison(comparison) -> None:
 
 
 def render_expectation(expectation) -> None:
-    from ..estimate.duration import words
-    from ..units import format_seconds
+    from ..estimate.duration import span, words
 
-    low, high = format_seconds(expectation.low_seconds), format_seconds(expectation.high_seconds)
-    span = "under a second" if expectation.high_seconds < 1 else f"about {low}" if low == high else f"about {low}-{high}"
-    print_hanging(f"[bold]Expect[/]   {span}: {words(expectation)}, plus building the model")
+    print_hanging(f"[bold]Expect[/]   {span(expectation)}: {words(expectation)}, plus building the model")
 
 
 def render_slices(plan, slices, need: int, usable: int, whole: int | None) -> None:

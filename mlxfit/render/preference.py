@@ -60,6 +60,9 @@ def render(model, run, estimate, usable, plans, stats=None, measured=None, notes
         what = "longest prompt" if run.mode == "grpo" else "widest chosen/rejected batch"
         print_fields("Data", [stats.file, f"{stats.rows} rows, {stats.batches} batches", f"{what} {stats.widest} tokens",
                               "read with mlx-lm-lora's dataset classes"])
+        from .inputs import render_counted_by
+
+        render_counted_by(stats.tokens_counted_by, None, stats.no_tokenizer_reason)
     peak = estimate.peak
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("phase")

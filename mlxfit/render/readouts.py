@@ -79,20 +79,31 @@ def render_models(rows: list[dict]) -> None:
 
 
 def render_calibration(directory, entries: list[dict]) -> None:
+    """Each model as stored, in full on a line of its own (a path folds at the terminal's
+    width rather than being cut), then its measurements in aligned columns."""
     console.print(f"[bold]Stored measurements[/] in {directory}: {len(entries)}")
     if not entries:
         console.print("[dim]Run `mlxfit probe --measure` to add one; estimates on this machine then use them.[/]")
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("model", "backend", "run", "predicted", "measured", "mlx / mlx-lm"):
-        table.add_column(name)
+    header = ("backend", "run", "predicted", "measured", "mlx / mlx-lm")
+    by_model: dict[str, list[tuple[str, ...]]] = {}
     for e in entries:
         t = e["training"]
         width = e.get("length") or t["max_seq_length"]  # the widest batch measured
         run = f"{t['fine_tune_type']}{' (q)' if t.get('quantize') else ''} b{t['batch_size']}×{width}"
-        table.add_row(
-            e["model"], e["backend"], run,
-            format_size(e["predicted_peak_bytes"]), format_size(e["measured"]["peak_with_load_bytes"]),
+        by_model.setdefault(e["model"], []).append((
+            e["backend"], run, format_size(e["predicted_peak_bytes"]), format_size(e["measured"]["peak_with_load_bytes"]),
             f"{e['versions'].get('mlx')} / {e['versions'].get('mlx-lm')}",
-        )
-    console.print(table)
+        ))
+    rows = [r for group in by_model.values() for r in group]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    right = (False, False, True, True, False)  # sizes align on their units
+
+    def line(cells) -> str:
+        return "  " + "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)).rstrip()
+
+    console.print(Text(line(header), style="bold"))
+    for model, group in by_model.items():
+        console.print(Text(model, overflow="fold"))
+        for cells in group:
+            console.print(Text(line(cells)))

@@ -224,11 +224,6 @@ def run_sweep(
 
     stored = stored or {}
 
-    def step_event(event: dict) -> None:
-        if event.get("event") == "step":
-            event = {**event, "seconds": None}  # the child does not time steps one by one
-        on_event(event)
-
     def row_for(p: PlannedRun) -> PreferenceRow:
         common = dict(model=model.id, training=p.training, backend=backend, predicted_bytes=p.predicted_bytes,
                       usable_bytes=usable_bytes, run=p.run, peak_phase=p.estimate.peak.name,
@@ -237,7 +232,7 @@ def run_sweep(
             return PreferenceRow(status=SKIPPED if p.action == "skip" else ESTIMATED, reason=p.reason, **common)
         tic = time.monotonic()
         m, failure = attempt(lambda: measure(model, p.run, p.estimate.length, prompt_length=p.estimate.prompt_length,
-                                             steps=min(steps, MOST_STEPS), timeout=timeout, on_event=step_event))
+                                             steps=min(steps, MOST_STEPS), timeout=timeout, on_event=on_event))
         wall = time.monotonic() - tic
         if m is None:
             return PreferenceRow(status=UNKNOWN if failure.unknown else FAILED, wall_seconds=round(wall, 2),

@@ -201,7 +201,7 @@ def run_sweep(
             from ...estimate.calibration import record as store
 
             store(model.id, p.training.to_dict(), m.backend, p.raw_predicted_bytes, m.to_dict(),
-                  architecture=architecture_key(model))
+                  architecture=architecture_key(model), source=model.source)
         return row
 
     yield from walk([(p, stored.get(config_key(model.id, p.training))) for p in planned], row_for, on_event)
