@@ -136,8 +136,8 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
             comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, progress=progress,
                                          by_slice=by_slice, local_usable=local_usable_bytes(machine, reserve))
     selected = plan.selected
-    host_range = selected.predicted_range_bytes if selected.detailed else None
-    host_checks = [h.check(selected.predicted_bytes, host_range) for h in host_list] if host_list else None
+    host_checks = ([h.check(selected.predicted_bytes, selected.predicted_range_bytes) for h in host_list]
+                   if host_list else None)
     return Answer(resolved, warnings, plan, advice, stats=stats, valid_stats=valid_stats, validation=validation,
                   longest=longest, comparison=comparison, hostfile=hostfile, hosts=host_list, tightest=tightest,
                   host_checks=host_checks)

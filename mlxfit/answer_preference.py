@@ -34,9 +34,9 @@ class PreferenceAnswer:
             "run": self.run.to_dict(),
             "estimate": self.estimate.to_dict(),
             "usable_bytes": self.usable_bytes,
-            "verdict": verdict,
-            "fits": verdict == "fits",
-            "plans": {k: [{**c.__dict__, "fits": c.fits} for c in v] for k, v in self.plans.items()},
+            "verdict": verdict.value,
+            "fits": verdict.fits,
+            "plans": {k: [c.to_dict() for c in v] for k, v in self.plans.items()},
         }
         if self.stats is not None:
             out["data"] = self.stats.to_dict()

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from mlxfit.cli.main import cli
 from mlxfit.estimate import preference as est
+from mlxfit.estimate.verdict import Verdict
 from mlxfit.model import preference as pref
 from tiny_configs import TINY
 
@@ -300,9 +301,9 @@ def test_the_verdict_is_judged_on_the_range(backend):
         spread = preference_ranges()["modes"]["dpo"]
         assert low / e.peak_bytes == pytest.approx(spread["low"] * range_factors("metal")[0], rel=1e-6)
         assert high / e.peak_bytes == pytest.approx(spread["high"] * range_factors("metal")[1], rel=1e-6)
-    assert e.verdict(high) == "fits"
-    assert e.verdict(e.peak_bytes) == "tight"
-    assert e.verdict(low - 1) == "does not fit"
+    assert e.verdict(high) is Verdict.FITS
+    assert e.verdict(e.peak_bytes) is Verdict.TIGHT
+    assert e.verdict(low - 1) is Verdict.DOES_NOT_FIT
 
 
 def test_probe_says_tight_when_the_budget_is_inside_the_range():
@@ -333,4 +334,4 @@ def test_a_change_of_mode_is_judged_on_that_modes_range():
     usable = (orpo_high + dpo_high) // 2  # within ORPO's range's high end, not DPO's
     plans = est.plan(model, pref.resolve_run("dpo", {}, {}), usable, "metal")
     change = next(c for c in plans["singles"] if c.flags == "--train-mode orpo")
-    assert change.bytes == orpo and change.verdict == "fits"
+    assert change.bytes == orpo and change.verdict is Verdict.FITS
