@@ -58,12 +58,12 @@ def test_36gb_laptop_has_27gb_usable():
 )
 def test_36gb_laptop_verdicts(size, method, fits):
     """The worked example puts the rule's figure against the budget; the row's verdict
-    judges the range it shows, so a figure within the budget is at best tight."""
+    judges the range it shows."""
     plan = make_plan(laptop(), from_size(size), TrainingConfig())
     estimate = next(e for e in plan.estimates if e.method == method)
     assert (estimate.rule_bytes <= estimate.usable_bytes) is fits
     assert estimate.verdict is judge(*estimate.predicted_range_bytes, estimate.usable_bytes)
-    assert estimate.verdict is (Verdict.TIGHT if fits else Verdict.DOES_NOT_FIT)
+    assert fits or not estimate.fits  # a figure over the budget never fits
 
 
 def test_36gb_laptop_limits():
@@ -118,4 +118,4 @@ def test_single_changes_follow_the_source_order():
 def test_full_remedies_offer_lora():
     plan = make_plan(laptop(), from_size("3B"), TrainingConfig(fine_tune_type="full"))
     lora = next(r for r in plan.remedies if r.change == "--method lora --fine-tune-type lora")
-    assert lora.new_bytes == 9 * GB and lora.fits
+    assert lora.new_bytes == 9 * GB and lora.new_bytes <= laptop().usable_bytes
