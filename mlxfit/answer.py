@@ -82,7 +82,7 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
 
     from .estimate.plan import make_plan
     from .model.resolve import resolve_model
-    from .model.runconfig import check_against_model, check_method, resolve, with_method
+    from .model.runconfig import check_method, resolve, with_method
 
     progress = progress or Silent()
     training_flags = dict(training_flags)
@@ -95,12 +95,12 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
         training_flags["hosts"] = len(host_list)
         backend = backend or "metal"  # mlx.launch's ring backend joins Macs
     check_method(method, training_flags.get("fine_tune_type"))
-    mask_prompt = training_flags.pop("mask_prompt")
+    mask_prompt = training_flags.pop("mask_prompt", None)
     resolved = resolve({**training_flags, "model": model_spec, "data": data, "mask_prompt": mask_prompt}, Path(config_path) if config_path else None)
     resolved = replace(resolved, training=with_method(resolved.training, method))
     training = resolved.training
     model = resolve_model(resolved.model)
-    warnings = check_against_model(training, model)
+    warnings = checked_run(model, training)
 
     stats = valid_stats = None
     if resolved.data:
@@ -141,6 +141,27 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
     return Answer(resolved, warnings, plan, advice, stats=stats, valid_stats=valid_stats, validation=validation,
                   longest=longest, comparison=comparison, hostfile=hostfile, hosts=host_list, tightest=tightest,
                   host_checks=host_checks)
+
+
+def checked_run(model, training, mode: str = "sft", *, hostfile=None, by_slice=False, skip_bad_lines=False) -> list[str]:
+    """The checks every run goes through, whatever its mode, before anything is estimated:
+    what its trainer cannot do (mlx-lm-lora's: per-node plans, slices, skipped lines), then
+    its settings against the model (context length, layers, LoRA keys). Returns the
+    warnings; raises BadInput on what cannot be right."""
+    from .errors import BadInput
+    from .model.runconfig import check_against_model
+
+    if mode != "sft":
+        if hostfile:
+            raise BadInput(f"--hostfile with --train-mode {mode}: mlxfit plans mlx-lm-lora runs for one machine, not "
+                           "per mlx.launch node; leave --hostfile out and give --memory of the smallest node")
+        if by_slice:
+            raise BadInput(f"--slice with --train-mode {mode}: mlx-lm-lora's trainers cannot be measured by slice; "
+                           "leave --slice out to measure the whole run")
+        if skip_bad_lines:
+            raise BadInput(f"--skip-bad-lines with --train-mode {mode}: mlx-lm-lora reads every row of --data; "
+                           "remove the malformed lines")
+    return check_against_model(training, model)
 
 
 def get_machine(memory, gpu_memory, reserve):

@@ -133,7 +133,8 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     else:  # mlx-lm-lora's dpo, cpo, orpo, grpo
         preference.refuse_sft_flags(mode, method is not None, training_flags.get("bits") is not None)
         return preference.probe(model_spec, config_path, data, training_flags, pref, get_machine(memory, gpu_memory, reserve),
-                                backend, do_measure, timeout, steps, json_, reserve)
+                                backend, do_measure, timeout, steps, json_, reserve, skip_bad_lines=skip_bad_lines,
+                                trust_remote_code=trust_remote_code, hostfile=hostfile, by_slice=by_slice, force=force)
     if json_:
         progress = answers.Silent()
     else:

@@ -72,8 +72,10 @@ def refuse_sft_flags(mode: str, method_given: bool, bits_given: bool) -> None:
 
 
 def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machine, backend, do_measure, timeout, steps,
-          json_, reserve=None):
-    """Call mlxfit.answer_preference.probe and print its answer (JSON or text)."""
+          json_, reserve=None, **request):
+    """Call mlxfit.answer_preference.probe and print its answer (JSON or text). `request`:
+    probe's flags that every mode is checked on (skip_bad_lines, trust_remote_code,
+    hostfile, by_slice, force)."""
     from .. import answer_preference
     from ..answer import Silent
 
@@ -84,7 +86,7 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
 
         progress = ProbeProgress()
     answer = answer_preference.probe(model_spec, config_path, data, training_flags, pref, machine, backend, do_measure,
-                                     timeout, steps, progress, reserve)
+                                     timeout, steps, progress, reserve, **request)
     if json_:
         from .options import print_json
 
