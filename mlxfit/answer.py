@@ -92,7 +92,7 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
 
     from .estimate.plan import make_plan
     from .model.resolve import resolve_model
-    from .model.runconfig import check_against_model, check_method, check_stored_quantization, resolve, with_method
+    from .model.runconfig import check_method, check_stored_quantization, resolve, with_method
 
     progress = progress or Silent()
     training_flags = dict(training_flags)
@@ -105,13 +105,13 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
         training_flags["hosts"] = len(host_list)
         backend = backend or "metal"  # mlx.launch's ring backend joins Macs
     check_method(method, training_flags.get("fine_tune_type"))
-    mask_prompt = training_flags.pop("mask_prompt")
+    mask_prompt = training_flags.pop("mask_prompt", None)
     resolved = resolve({**training_flags, "model": model_spec, "data": data, "mask_prompt": mask_prompt}, Path(config_path) if config_path else None)
     resolved = replace(resolved, training=with_method(resolved.training, method))
     training = resolved.training
     model = resolve_model(resolved.model)
     check_stored_quantization(resolved, model)
-    warnings = check_against_model(training, model)
+    warnings = checked_run(model, training)
 
     refuse_data_flags_without_data(resolved.data, skip_bad_lines=skip_bad_lines, trust_remote_code=trust_remote_code)
     stats = valid_stats = None
@@ -148,8 +148,8 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
             comparison = run_measurement(plan, force=force, timeout=timeout, steps=steps, progress=progress,
                                          by_slice=by_slice, local_usable=local_usable_bytes(machine, reserve))
     selected = plan.selected
-    host_range = selected.predicted_range_bytes if selected.detailed else None
-    host_checks = [h.check(selected.predicted_bytes, host_range) for h in host_list] if host_list else None
+    host_checks = ([h.check(selected.predicted_bytes, selected.predicted_range_bytes) for h in host_list]
+                   if host_list else None)
     time = checkpointed = None
     speed = run_speed(plan, machine, chip)
     if speed is not None:
@@ -239,6 +239,27 @@ def refuse_data_flags_without_data(data, **given) -> None:
         if value and not data:
             flag = "--" + name.replace("_", "-")
             raise BadInput(f"{flag} is about --data: add --data (or leave {flag} out)")
+
+
+def checked_run(model, training, mode: str = "sft", *, hostfile=None, by_slice=False, skip_bad_lines=False) -> list[str]:
+    """The checks every run goes through, whatever its mode, before anything is estimated:
+    what its trainer cannot do (mlx-lm-lora's: per-node plans, slices, skipped lines), then
+    its settings against the model (context length, layers, LoRA keys). Returns the
+    warnings; raises BadInput on what cannot be right."""
+    from .errors import BadInput
+    from .model.runconfig import check_against_model
+
+    if mode != "sft":
+        if hostfile:
+            raise BadInput(f"--hostfile with --train-mode {mode}: mlxfit plans mlx-lm-lora runs for one machine, not "
+                           "per mlx.launch node; leave --hostfile out and give --memory of the smallest node")
+        if by_slice:
+            raise BadInput(f"--slice with --train-mode {mode}: mlx-lm-lora's trainers cannot be measured by slice; "
+                           "leave --slice out to measure the whole run")
+        if skip_bad_lines:
+            raise BadInput(f"--skip-bad-lines with --train-mode {mode}: mlx-lm-lora reads every row of --data; "
+                           "remove the malformed lines")
+    return check_against_model(training, model)
 
 
 def get_machine(memory, gpu_memory, reserve):

@@ -34,9 +34,9 @@ class PreferenceAnswer:
             "run": self.run.to_dict(),
             "estimate": self.estimate.to_dict(),
             "usable_bytes": self.usable_bytes,
-            "verdict": verdict,
-            "fits": verdict == "fits",
-            "plans": {k: [{**c.__dict__, "fits": c.fits} for c in v] for k, v in self.plans.items()},
+            "verdict": verdict.value,
+            "fits": verdict.fits,
+            "plans": {k: [c.to_dict() for c in v] for k, v in self.plans.items()},
         }
         if self.stats is not None:
             out["data"] = self.stats.to_dict()
@@ -48,20 +48,24 @@ class PreferenceAnswer:
 
 
 def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machine, backend, do_measure, timeout, steps,
-          progress, reserve=None, trust_remote_code=False) -> PreferenceAnswer:
-    """A DPO, CPO, ORPO or GRPO run, answered: mlx-lm-lora's settings resolved, the
-    estimate phase by phase, the plans and, with `do_measure`, the measurement, judged
-    against this machine (`reserve` as given) whatever `machine` plans for.
+          progress, reserve=None, *, skip_bad_lines=False, trust_remote_code=False, hostfile=None, by_slice=False,
+          force=False) -> PreferenceAnswer:
+    """A DPO, CPO, ORPO or GRPO run, answered: mlx-lm-lora's settings resolved, checked
+    as every run is (mlxfit.answer.checked_run), the estimate phase by phase, the plans
+    and, with `do_measure`, the measurement, judged against this machine (`reserve` as
+    given) whatever `machine` plans for; `force` measures even past this machine's budget.
     `progress`: as for mlxfit.answer.probe (Silent shows nothing)."""
     from dataclasses import replace
 
+    from .answer import checked_run
     from .estimate import preference as est
     from .measure.miniature import logits_buffers_many, uncounted
     from .model.preference import mode_from, read_data, read_yaml, resolve_run
     from .model.resolve import resolve_model
 
     config = read_yaml(Path(config_path)) if config_path else {}
-    mode = mode_from(pref.pop("train_mode"), config)
+    pref = dict(pref)
+    mode = mode_from(pref.pop("train_mode", None), config)
     if training_flags.get("hosts") not in (None, 1):
         raise BadInput(f"--hosts is not covered for --train-mode {mode}")
     if training_flags.get("bits") is not None:
@@ -78,6 +82,8 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
         size_note = f"{model.id} has no architecture: planned as {near.id}, the catalog's nearest in size"
         model = near
     run = resolve_run(mode, flags, config)
+    notes = [size_note] if size_note else []
+    notes += checked_run(model, run.training, mode, hostfile=hostfile, by_slice=by_slice, skip_bad_lines=skip_bad_lines)
     reference = reference_model(run)
     data = data or (config.get("data") if config.get("data") and Path(str(config["data"])).expanduser().exists() else None)
     from .answer import refuse_data_flags_without_data
@@ -94,7 +100,6 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
             prompt_length = prompt_length or stats.widest
         else:
             length = stats.widest
-    notes = [size_note] if size_note else []
     if mode == "grpo":
         cap = run.training.max_seq_length
         if prompt_length is not None and prompt_length > cap:
@@ -111,7 +116,9 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
     plans = est.plan(model, run, usable, backend, length, reference, prompt_length)
     measured = None
     if do_measure:
-        refuse_what_would_not_fit_here(est, model, run, estimate, backend, machine, reserve, length, reference, prompt_length)
+        if not force:
+            refuse_what_would_not_fit_here(est, model, run, estimate, backend, machine, reserve, length, reference,
+                                           prompt_length)
         measured = _measure(model, run, estimate, timeout, steps, progress)
     return PreferenceAnswer(machine, model, run, estimate, plans, stats, measured, notes)
 
@@ -130,7 +137,7 @@ def reference_model(run):
 
 
 def refuse_what_would_not_fit_here(est, model, run, estimate, backend, machine, reserve, length, reference, prompt_length,
-                                   then="change the run (see its plans without --measure)"):
+                                   then="change the run (see its plans without --measure) or pass --force"):
     """A measurement runs here, and mlx-lm-lora's trainers cannot be measured by slice:
     refused (MlxfitError), before anything is built, when this machine's own estimate
     exceeds its budget, whatever `machine` plans for. `then`: what the message ends with

@@ -158,7 +158,8 @@ def test_bare_size_full_remedies_paste_onto_fine_tune_type_full():
     base = ("probe", "--model", "7B", "--fine-tune-type", "full", "--memory", "36GB")
     for remedy in run_json(*base)["remedies"]:
         if remedy["change"].startswith("--method"):
-            assert selected(run_json(*base, *shlex.split(remedy["change"])))["fits"]
+            row = selected(run_json(*base, *shlex.split(remedy["change"])))
+            assert (row["verdict"], row["fits"]) == (remedy["verdict"], remedy["fits"])  # the remedy judged as its row
 
 
 def test_estimate_far_above_the_rule_says_why():

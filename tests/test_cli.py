@@ -30,8 +30,9 @@ def test_probe_7b_on_a_36gb_laptop(platform):
     platform(LINUX_CPU)
     data = run_json("probe", "--model", "7B", "--memory", "36GB")
     by = estimates(data)
-    assert by["lora"]["rule_bytes"] == 17 * GB and by["lora"]["fits"]
-    assert by["full"]["rule_bytes"] == 88 * GB and not by["full"]["fits"]
+    # The rule's figures against the budget, each row judged on the range it shows.
+    assert by["lora"]["rule_bytes"] == 17 * GB and by["lora"]["verdict"] == "tight" and not by["lora"]["fits"]
+    assert by["full"]["rule_bytes"] == 88 * GB and by["full"]["verdict"] == "does not fit"
     assert data["machine"]["usable_bytes"] == 27 * GB
     assert set(data["machine"]) >= {"total_bytes", "used_bytes", "available_bytes", "reserve_bytes", "usable_bytes", "backend", "unified"}
     assert set(data["model"]) >= {"id", "model_type", "params", "bits"}
@@ -123,9 +124,9 @@ def test_unknown_hub_id_offline(tmp_path):
 def test_fits_table_json(platform):
     platform(LINUX_CPU)
     rows = run_json("fits", "--memory", "36GB")["rows"]
-    by_size = {r["params"]: {e["method"]: e["fits"] for e in r["estimates"]} for r in rows}
-    assert by_size[7 * 10**9] == {"lora": True, "qlora": True, "full": False}
-    assert by_size[1_500_000_000]["full"] is True
+    by_size = {r["params"]: {e["method"]: e["verdict"] for e in r["estimates"]} for r in rows}
+    assert by_size[7 * 10**9] == {"lora": "tight", "qlora": "tight", "full": "does not fit"}
+    assert by_size[1_500_000_000]["full"] == "tight"
     # The table is each row's "answer" (the catalog model, detailed); the JSON says which is which.
     data = run_json("fits", "--memory", "36GB")
     assert set(data["basis"]) == {"answer", "estimates"} and data["basis"]["estimates"].startswith("rule")
@@ -322,11 +323,14 @@ def test_the_answer_draws_nothing_and_nothing_below_imports_it():
     from test_fast_plans import import_graph
 
     graph = import_graph()
-    stage = ("mlxfit.answer", "mlxfit.answer_preference")  # probe's answer, and the preference modes' beside it
+    # probe's answer, the preference modes' beside it, and the Python API above both
+    stage = ("mlxfit.answer", "mlxfit.answer_preference", "mlxfit.api")
     for module in stage:
         assert not {d for d in graph[module] if d.startswith(("mlxfit.render", "mlxfit.cli"))}, module
-    users = {m for m, deps in graph.items() if "mlxfit.answer" in deps}
-    assert users and all(m.startswith(("mlxfit.cli", "mlxfit.render")) or m in stage for m in users), users
+    for module in stage:
+        users = {m for m, deps in graph.items() if module in deps}
+        exports = {"mlxfit"} if module == "mlxfit.api" else set()  # mlxfit/__init__.py: the API's names
+        assert all(m.startswith(("mlxfit.cli", "mlxfit.render")) or m in stage or m in exports for m in users), (module, users)
 
 
 def test_the_least_sure_kind_says_so():

@@ -61,7 +61,7 @@ def test_trust_remote_code_without_data_is_refused_in_a_preference_mode():
 
 def test_skip_bad_lines_is_refused_in_a_preference_mode(tmp_path):
     text = one_line_error(run("probe", "Qwen/Qwen3-0.6B", "--train-mode", "dpo", "--skip-bad-lines"))
-    assert "--skip-bad-lines is for mlx_lm.lora's data: with --train-mode dpo every line is read" in text
+    assert "--skip-bad-lines with --train-mode dpo" in text
 
 
 def test_data_flags_with_data_from_the_config_file_are_taken(tmp_path, tokenizer_folder):

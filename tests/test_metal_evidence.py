@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from mlxfit.cli.main import cli
 from mlxfit.estimate import evidence as ev
 from mlxfit.estimate.detailed import estimate
-from mlxfit.estimate.uncertainty import predicted_range, ranges, verdict
+from mlxfit.estimate.uncertainty import predicted_range, ranges
+from mlxfit.estimate.verdict import Verdict, judge
 from mlxfit.model.resolve import from_catalog
 from mlxfit.model.training import TrainingConfig
 from mlxfit.runtime import Runtime
@@ -148,9 +149,9 @@ def test_yaml_lora_keys_reach_the_estimate(tmp_path):
 # -- ranges and verdicts -----------------------------------------------------------------------
 
 def test_verdict_respects_the_range():
-    assert verdict(8, 10, 10) == "fits"
-    assert verdict(8, 11, 10) == "tight"
-    assert verdict(11, 12, 10) == "does not fit"
+    assert judge(8, 10, 10) is Verdict.FITS
+    assert judge(8, 11, 10) is Verdict.TIGHT
+    assert judge(11, 12, 10) is Verdict.DOES_NOT_FIT
 
 
 @pytest.mark.parametrize("backend", ["cpu", "metal", "cuda"])
@@ -231,7 +232,7 @@ def test_every_oom_report_with_a_known_machine_does_not_fit_or_is_tight():
     for oom in ev.OOM_RUNS:
         assert float(rows[oom.row]["machine_ram_gb"]) == oom.machine_gb
         plan = ev.oom_plan(oom)
-        assert plan.selected.verdict in ("does not fit", "tight"), (oom.key, plan.selected.predicted_range_bytes)
+        assert plan.selected.verdict in (Verdict.DOES_NOT_FIT, Verdict.TIGHT), (oom.key, plan.selected.predicted_range_bytes)
 
 
 def test_cpu_range_is_the_accuracy_grids_cross_validated_spread():

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from mlxfit.cli.main import cli
 from mlxfit.estimate import preference as est
+from mlxfit.estimate.verdict import Verdict
 from mlxfit.model import preference as pref
 from tiny_configs import TINY
 
@@ -323,9 +324,9 @@ def test_the_verdict_is_judged_on_the_range(backend):
         spread = preference_ranges()["modes"]["dpo"]
         assert low / e.peak_bytes == pytest.approx(spread["low"] * range_factors("metal")[0], rel=1e-6)
         assert high / e.peak_bytes == pytest.approx(spread["high"] * range_factors("metal")[1], rel=1e-6)
-    assert e.verdict(high) == "fits"
-    assert e.verdict(e.peak_bytes) == "tight"
-    assert e.verdict(low - 1) == "does not fit"
+    assert e.verdict(high) is Verdict.FITS
+    assert e.verdict(e.peak_bytes) is Verdict.TIGHT
+    assert e.verdict(low - 1) is Verdict.DOES_NOT_FIT
 
 
 def test_probe_says_tight_when_the_budget_is_inside_the_range():
@@ -356,4 +357,57 @@ def test_a_change_of_mode_is_judged_on_that_modes_range():
     usable = (orpo_high + dpo_high) // 2  # within ORPO's range's high end, not DPO's
     plans = est.plan(model, pref.resolve_run("dpo", {}, {}), usable, "metal")
     change = next(c for c in plans["singles"] if c.flags == "--train-mode orpo")
-    assert change.bytes == orpo and change.verdict == "fits"
+    assert change.bytes == orpo and change.verdict is Verdict.FITS
+
+
+# -- every check for every mode: probe's flags reach the preference path ---------------------
+
+
+@pytest.mark.parametrize("mode", ["dpo", "grpo"])
+def test_a_length_past_the_models_context_is_refused_in_every_mode(mode):
+    out = probe("Qwen/Qwen3-0.6B", "--train-mode", mode, "--max-seq-length", "100000", exit_code=2)
+    assert "--max-seq-length 100,000 is past Qwen/Qwen3-0.6B's context of 40,960 tokens" in out
+
+
+def test_a_hostfile_is_refused_rather_than_planned_for_this_machine(tmp_path):
+    hostfile = tmp_path / "nodes.json"
+    hostfile.write_text(json.dumps([{"ssh": "a", "memory": "16GB"}, {"ssh": "b", "memory": "36GB"}]))
+    out = probe("Qwen/Qwen3-0.6B", "--train-mode", "dpo", "--hostfile", str(hostfile), exit_code=2)
+    assert "--hostfile with --train-mode dpo" in out and "not per mlx.launch node" in out
+    assert len([line for line in out.splitlines() if line.startswith("Error")]) == 1
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--skip-bad-lines", "--data", "x.jsonl"], "--skip-bad-lines with --train-mode orpo"),
+    (["--measure", "--slice"], "--slice with --train-mode orpo: mlx-lm-lora's trainers cannot be measured by slice"),
+])
+def test_what_the_trainer_cannot_do_is_refused_in_one_line(flags, message):
+    out = probe("Qwen/Qwen3-0.6B", "--train-mode", "orpo", *flags, exit_code=2)
+    assert message in out
+
+
+def test_trust_remote_code_reaches_the_tokenizer(monkeypatch, tmp_path):
+    from mlxfit.errors import BadInput
+
+    def load_tokenizer(model, trust_remote_code=False):
+        raise BadInput(f"tokenizer asked with trust_remote_code={trust_remote_code}")
+
+    monkeypatch.setattr("mlxfit.model.dataset.load_tokenizer", load_tokenizer)
+    out = probe("Qwen/Qwen3-0.6B", "--train-mode", "dpo", "--data", str(tmp_path), "--trust-remote-code", exit_code=2)
+    assert "trust_remote_code=True" in out
+
+
+def test_force_measures_a_preference_run_past_this_machines_budget(monkeypatch, platform):
+    import mlxfit.answer_preference as answer_preference
+    from conftest import LINUX_CPU
+    from mlxfit.errors import BadInput
+
+    platform(LINUX_CPU)
+
+    def measure(*args):
+        raise BadInput("the measurement was started")
+
+    monkeypatch.setattr(answer_preference, "_measure", measure)
+    base = ["Qwen/Qwen2.5-7B-Instruct", "--train-mode", "dpo", "--measure"]
+    assert "or pass --force" in probe(*base, exit_code=1)
+    assert "the measurement was started" in probe(*base, "--force", exit_code=2)

@@ -173,7 +173,7 @@ def test_the_first_screen_names_the_longest_examples_that_fit_per_method():
     usable, backend = data["machine"]["usable_bytes"], data["backend"]
     for method, n in (("lora", lora), ("qlora", qlora)):
         t = training_for(method, TrainingConfig())
-        fits = lambda length: sized(model, replace(t, max_seq_length=length), backend, usable)[1] == "fits"  # noqa: E731
+        fits = lambda length: sized(model, replace(t, max_seq_length=length), backend, usable)[1].fits  # noqa: E731
         assert fits(n) and not fits(n + LENGTH_UNIT)
     # The plan says it too.
     assert f"with examples up to {lora:,} tokens it fits as it is" in words(out)

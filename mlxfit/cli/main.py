@@ -115,7 +115,9 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     Example:
       mlxfit probe Qwen/Qwen2.5-7B-Instruct --memory 16GB --batch-size 2
     """
-    from .. import answer as answers
+    from .. import api
+    from ..answer import Silent
+    from ..answer_preference import PreferenceAnswer
     from ..model.runconfig import one_model
 
     model_spec = one_model(model_arg, model_spec)
@@ -132,25 +134,20 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
         for flag, given in (("--memory", memory), ("--gpu-memory", gpu_memory), ("--hosts", training_flags.get("hosts"))):
             if given is not None:
                 raise BadInput(f"{flag} with --hostfile: the hostfile gives every host and its memory; leave {flag} out")
-    pref = {k: training_flags.pop(k) for k in preference.FLAGS}
-    mode = preference.mode_of(pref["train_mode"], config_path)
-    if mode == "sft":
-        preference.refuse_mode_flags(pref)
-    else:  # mlx-lm-lora's dpo, cpo, orpo, grpo
-        preference.refuse_sft_flags(mode, method is not None, training_flags.get("bits") is not None, skip_bad_lines)
-        return preference.probe(model_spec, config_path, data, training_flags, pref, get_machine(memory, gpu_memory, reserve),
-                                backend, do_measure, timeout, steps, json_, reserve, trust_remote_code)
     if json_:
-        progress = answers.Silent()
+        progress = Silent()
     else:
         from ..render.progress import ProbeProgress  # rich when first drawn, for text only
 
         progress = ProbeProgress()
-    answer = answers.probe(model_spec, training_flags, config_path=config_path, data=data, method=method,
-                           skip_bad_lines=skip_bad_lines, trust_remote_code=trust_remote_code, hostfile=hostfile,
-                           backend=backend, do_measure=do_measure, by_slice=by_slice, force=force, timeout=timeout,
-                           steps=steps, memory=memory, gpu_memory=gpu_memory, reserve=reserve, progress=progress,
-                           chip=chip, iters=iters)
+    # Every mode through the API's one probe: the same checks, the same answer as a notebook's.
+    answer = api.probe(model_spec, config=config_path, data=data, method=method, memory=memory, gpu_memory=gpu_memory,
+                       reserve=reserve, backend=backend, hostfile=hostfile, skip_bad_lines=skip_bad_lines,
+                       trust_remote_code=trust_remote_code, measure=do_measure, by_slice=by_slice, force=force,
+                       timeout=timeout, steps=steps, progress=progress, chip=chip, iters=iters,
+                       **training_flags)
+    if isinstance(answer, PreferenceAnswer):  # mlx-lm-lora's dpo, cpo, orpo, grpo
+        return preference.print_answer(answer, json_)
     if os.environ.get("MLX_RANK", "0") != "0":
         return  # under mlx.launch, rank 0 reports every rank's figures
     if json_:

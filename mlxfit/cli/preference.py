@@ -1,17 +1,13 @@
-"""probe's mlx-lm-lora flags (--train-mode and what the modes add), and the probe
-of a DPO, CPO, ORPO or GRPO run: parse, call mlxfit.answer_preference, render."""
+"""probe's mlx-lm-lora flags (--train-mode and what the modes add), and the printing of
+a DPO, CPO, ORPO or GRPO probe's answer (mlxfit.answer_preference)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from ..model.preference import CONFIG_DEFAULTS, MODES
+from ..model.preference import CONFIG_DEFAULTS, MODES, RUN_FLAGS, refuse_mode_flags, refuse_sft_flags  # noqa: F401
 
-MODE_WORDS = "dpo, cpo, orpo or grpo"  # the --train-mode values that are mlx_lm_lora.train's
-FLAGS = ("train_mode", "beta", "reference_model_path", "max_completion_length", "efficient_long_context",
-         "load_in_4bits", "load_in_6bits", "load_in_8bits", "prompt_length")
+FLAGS = ("train_mode", *RUN_FLAGS)
 
 
 def preference_options(fn=None, *, sweep: bool = False):
@@ -42,54 +38,8 @@ def preference_options(fn=None, *, sweep: bool = False):
     return fn
 
 
-def mode_of(train_mode: str | None, config_path: str | None) -> str:
-    """sft, or the mlx-lm-lora mode (dpo, cpo, orpo, grpo) from the flag or the YAML."""
-    from ..model.preference import mode_from, read_yaml
-
-    return mode_from(train_mode, read_yaml(Path(config_path)) if config_path else {})
-
-
-def refuse_mode_flags(pref: dict) -> None:
-    """mlx_lm_lora.train's own flags on an sft run (mlx_lm.lora) would change nothing: say so."""
-    from ..errors import BadInput
-
-    given = [name for name, value in pref.items() if name != "train_mode" and value is not None]
-    if given:
-        flag = "--" + given[0].replace("_", "-")
-        raise BadInput(f"{flag} is mlx_lm_lora.train's: add --train-mode {MODE_WORDS}")
-
-
-def refuse_sft_flags(mode: str, method_given: bool, bits_given: bool, skip_bad_lines: bool = False) -> None:
-    """mlx_lm.lora's --method and --bits mean nothing to mlx_lm_lora.train: say so rather
-    than estimate a run the user did not ask for. --skip-bad-lines neither: a preference
-    mode's data is read whole, as mlx-lm-lora reads it."""
-    from ..errors import BadInput
-
-    if skip_bad_lines:
-        raise BadInput(f"--skip-bad-lines is for mlx_lm.lora's data: with --train-mode {mode} every line is read, "
-                       "as mlx-lm-lora reads them; leave it out")
-
-    if method_given:
-        raise BadInput(f"--method is mlx_lm.lora's: with --train-mode {mode} use --train-type (lora, dora, full) "
-                       "and --load-in-4bits")
-    if bits_given:
-        raise BadInput("--bits is mlx_lm.lora's: mlx_lm_lora.train quantizes with --load-in-4bits, -6bits or -8bits")
-
-
-def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machine, backend, do_measure, timeout, steps,
-          json_, reserve=None, trust_remote_code=False):
-    """Call mlxfit.answer_preference.probe and print its answer (JSON or text)."""
-    from .. import answer_preference
-    from ..answer import Silent
-
-    if json_:
-        progress = Silent()
-    else:
-        from ..render.progress import ProbeProgress
-
-        progress = ProbeProgress()
-    answer = answer_preference.probe(model_spec, config_path, data, training_flags, pref, machine, backend, do_measure,
-                                     timeout, steps, progress, reserve, trust_remote_code)
+def print_answer(answer, json_: bool) -> None:
+    """The probe of a DPO, CPO, ORPO or GRPO run (mlxfit.answer_preference), as JSON or text."""
     if json_:
         from .options import print_json
 

@@ -14,8 +14,7 @@ from pathlib import Path
 from ..errors import BadInput, MlxfitError
 from ..machine import Machine, PlatformReadings, build_machine
 from ..units import parse_bytes
-from .plan import verdict
-from .uncertainty import verdict as range_verdict
+from .verdict import judge
 
 
 @dataclass(frozen=True)
@@ -23,22 +22,19 @@ class Host:
     name: str
     machine: Machine
 
-    def check(self, per_node_bytes: int, range_bytes: tuple[int, int] | None = None) -> dict:
-        """`range_bytes`: the estimate's [low, high]; the verdict respects it (fits only
-        when the high end is within this host's budget). None: the rule's verdict."""
+    def check(self, per_node_bytes: int, range_bytes: tuple[int, int]) -> dict:
+        """`range_bytes`: the estimate's [low, high] (the rule of thumb's too), judged
+        against this host's budget."""
         usable = self.machine.usable_bytes
-        if range_bytes is None:
-            word = verdict(per_node_bytes, usable)
-        else:
-            word = range_verdict(*range_bytes, usable)
+        verdict = judge(*range_bytes, usable)
         return {
             "host": self.name,
             "total_bytes": self.machine.total_bytes,
             "usable_bytes": usable,
             "predicted_peak_bytes": per_node_bytes,
-            "predicted_range_bytes": list(range_bytes) if range_bytes else None,
-            "fits": word == "fits" if range_bytes else per_node_bytes <= usable,
-            "verdict": word,
+            "predicted_range_bytes": list(range_bytes),
+            "fits": verdict.fits,
+            "verdict": verdict.value,
         }
 
 

@@ -74,8 +74,8 @@ def _longest(plan: Plan, method: str) -> LongestFit:
     usable, top = plan.machine.usable_bytes, training.max_seq_length
 
     def fits(length: int) -> bool:
-        _, word = sized(plan.model, replace(training, max_seq_length=length), plan.backend, usable, plan.calibration)
-        return word == "fits"
+        _, verdict = sized(plan.model, replace(training, max_seq_length=length), plan.backend, usable, plan.calibration)
+        return verdict.fits
 
     found = LongestFit(method, None, top, training.batch_size)
     if fits(top):

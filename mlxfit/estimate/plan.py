@@ -17,23 +17,17 @@ from . import remedies
 from .detailed import Breakdown
 from .rule import RULES, rule_bytes
 # Sizing lives below the plan and its remedies; re-exported for the callers of plan.
-from .sizing import FULL_ON_QUANTIZED, CALIBRATION_PART, catalog_model, catalog_sizes, predict, training_for  # noqa: F401
-from .uncertainty import predicted_range, range_basis, verdict as range_verdict
+from .sizing import FULL_ON_QUANTIZED, CALIBRATION_PART, catalog_model, catalog_sizes, judged, predict, training_for  # noqa: F401
+from .uncertainty import predicted_range, range_basis
+from .verdict import Verdict, judge
 
-CANNOT = "mlx-lm cannot"  # the verdict of a method mlx-lm itself cannot run on the model
-TIGHT_FRACTION = 0.90  # above this share of the budget: fits, but leave margin
 METHODS = ("lora", "qlora", "full")
 TABLE_SIZES_B = (0.5, 1.5, 3, 7, 8, 14, 32, 70)
 
 
-def verdict(need_bytes: int, usable_bytes: int) -> str:
-    """The rule of thumb's verdict (SPEC §3): its figure against the budget, "tight"
-    within 10% of it. Detailed estimates use their range (mlxfit/estimate/uncertainty.py)."""
-    if need_bytes > usable_bytes:
-        return "does not fit"
-    if need_bytes > TIGHT_FRACTION * usable_bytes:
-        return "tight"
-    return "fits"
+def rule_range(need_bytes: int) -> tuple[int, int]:
+    """The rule of thumb's range: its figure against the public Mac runs (no backend)."""
+    return predicted_range(need_bytes, "rule", basis="rule")
 
 
 @dataclass(frozen=True)
@@ -66,25 +60,19 @@ class Estimate:
         """[low, high]: how far the estimate can be off on this backend (mlxfit/estimate/uncertainty.py)."""
         if self.detailed:
             return predicted_range(self.predicted_bytes, self.detailed.backend, kind=self.detailed.features.get("range_kind"))
-        return predicted_range(self.predicted_bytes, "rule", basis="rule")
+        return rule_range(self.predicted_bytes)
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
+        """The range this row shows, judged (the rule of thumb's too)."""
         if self.cannot:
-            return CANNOT
-        if not self.detailed:
-            return verdict(self.predicted_bytes, self.usable_bytes)
-        return range_verdict(*self.predicted_range_bytes, self.usable_bytes)
+            return Verdict.CANNOT
+        return judge(*self.predicted_range_bytes, self.usable_bytes)
 
     @property
     def fits(self) -> bool:
-        """A promise: the detailed estimate's high end is within the budget (the rule's
-        figure for the rule of thumb)."""
-        if self.cannot:
-            return False
-        if not self.detailed:
-            return self.predicted_bytes <= self.usable_bytes
-        return self.verdict == "fits"
+        """A promise: the high end of the range is within the budget."""
+        return self.verdict.fits
 
     @property
     def basis(self) -> str:
@@ -100,7 +88,7 @@ class Estimate:
             "method": self.method,
             "rule_bytes": self.rule_bytes,
             "fits": self.fits,
-            "verdict": self.verdict,
+            "verdict": self.verdict.value,
             "headroom_bytes": self.headroom_bytes,
             "selected": self.selected,
             "predicted_peak_bytes": self.predicted_bytes,
@@ -124,12 +112,15 @@ class Remedy:
     change: str
     why: str
     new_bytes: int | None = None
-    fits: bool | None = None
-    verdict: str | None = None  # fits / tight / does not fit, where sized
+    verdict: Verdict | None = None  # where sized
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.verdict is None else self.verdict.fits
 
     def to_dict(self) -> dict:
         return {"change": self.change, "why": self.why, "new_bytes": self.new_bytes, "fits": self.fits,
-                "verdict": self.verdict}
+                "verdict": None if self.verdict is None else self.verdict.value}
 
 
 @dataclass(frozen=True)
@@ -231,15 +222,17 @@ def rule_remedies(machine: Machine, model: ModelInfo, training: TrainingConfig) 
         need = rule_bytes("qlora", model.params)
         # With both flags the change pastes onto --method full and --fine-tune-type full alike.
         flags = "--method qlora --fine-tune-type lora" if method == "full" else "--method qlora"
-        found.append(Remedy(flags, "by the rule of thumb: the 4-bit base takes about a quarter of a 16-bit one", need, need <= usable, verdict(need, usable)))
+        found.append(Remedy(flags, "by the rule of thumb: the 4-bit base takes about a quarter of a 16-bit one", need,
+                            judge(*rule_range(need), usable)))
     if method == "full":
         need = rule_bytes("lora", model.params)
-        found.append(Remedy("--method lora --fine-tune-type lora", "by the rule of thumb: LoRA instead of full fine-tuning", need, need <= usable, verdict(need, usable)))
+        found.append(Remedy("--method lora --fine-tune-type lora", "by the rule of thumb: LoRA instead of full fine-tuning",
+                            need, judge(*rule_range(need), usable)))
     largest = largest_fitting_params(method, usable)
     if largest > 0:
         found.append(Remedy(f"a model of at most {format_count(largest)} parameters",
                             f"by the rule of thumb, the largest that fits {format_gb(usable)} with {method}",
-                            rule_bytes(method, largest), True, verdict(rule_bytes(method, largest), usable)))
+                            rule_bytes(method, largest), judge(*rule_range(rule_bytes(method, largest)), usable)))
     else:
         found.append(Remedy("a smaller model", f"even a tiny model does not fit {format_gb(usable)} with {method}"))
     return tuple(found)
@@ -280,7 +273,7 @@ def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, back
             singles = remedies.single_changes(machine, model, training, backend, calibration, length, data)
             plan = replace(
                 plan,
-                remedies=tuple(Remedy(o.flags, o.changes[-1].costs, o.new_bytes, o.fits, o.verdict) for o in singles),
+                remedies=tuple(Remedy(o.flags, o.changes[-1].costs, o.new_bytes, o.verdict) for o in singles),
                 options=remedies.search(machine, model, training, backend, calibration, length, data),
             )
     return plan
@@ -294,14 +287,15 @@ class FitsTable:
 
     def cell(self, size: float, method: str) -> dict:
         """What one size and method answer, on one basis: the detailed estimate of the
-        catalog model of that size where there is one (its verdict by its range, as a
-        probe row's), else the rule of thumb."""
+        catalog model of that size where there is one, judged on the range of its kind of
+        run as probe's row of that run is, else the rule of thumb. The verdict is a
+        Verdict (to_dict gives its words)."""
         ref = dict(self.references).get(size)
         usable = self.machine.usable_bytes
         if ref is not None:
             need = ref.estimates[method]
             return {"basis": "detailed", "model": ref.model.id, "bytes": need,
-                    "verdict": range_verdict(*predicted_range(need, ref.backend), usable)}
+                    "verdict": judged(need, training_for(method, ref.training), ref.backend, usable)}
         rule = next(e for e in dict(self.rows)[size] if e.method == method)
         return {"basis": "rule", "model": None, "bytes": rule.rule_bytes, "verdict": rule.verdict}
 
@@ -315,7 +309,7 @@ class FitsTable:
             "rows": [
                 {"params": int(size * 1e9), "estimates": [e.to_dict() for e in estimates],
                  "reference": refs[size].to_dict() if size in refs else None,
-                 "answer": {m: self.cell(size, m) for m in METHODS}}
+                 "answer": {m: _words(self.cell(size, m)) for m in METHODS}}
                 for size, estimates in self.rows
             ],
         }
@@ -332,3 +326,7 @@ def fits_table(machine: Machine, sizes_b=TABLE_SIZES_B, backend: str | None = No
     refs = tuple((size, ref) for size in sizes_b
                  if (ref := reference_for(int(size * 1e9), training, backend or machine.backend)) is not None)
     return FitsTable(machine, rows, refs)
+
+
+def _words(cell: dict) -> dict:
+    return {**cell, "verdict": cell["verdict"].value}

@@ -44,7 +44,8 @@ from ..model.preference import EFFICIENT_STEP, PreferenceRun
 from ..model.resolve import ModelInfo
 from .detailed import Breakdown, counted_totals, dtype_bytes
 from .reference import reference_bytes
-from .uncertainty import preference_range, verdict as range_verdict
+from .uncertainty import preference_range
+from .verdict import Verdict, judge
 
 KV_STEP = 256  # mlx_lm/models/cache.py KVCache.step: the cache grows in these
 DEFAULT_PROMPT = 256  # GRPO without --data or --prompt-length: an assumed prompt, said so
@@ -92,8 +93,8 @@ class PreferenceEstimate:
         """The peak's range on this mode's evidence (mlxfit/estimate/uncertainty.py)."""
         return preference_range(self.peak_bytes, self.run.mode, self.backend, counted=self.logits_buffers is not None)
 
-    def verdict(self, usable_bytes: int) -> str:
-        return range_verdict(*self.range_bytes, usable_bytes)
+    def verdict(self, usable_bytes: int) -> Verdict:
+        return judge(*self.range_bytes, usable_bytes)
 
     def to_dict(self) -> dict:
         return {
@@ -244,11 +245,15 @@ class Change:
     flags: str  # what to add to the mlx_lm_lora.train command
     cost: str  # what it costs
     bytes: int
-    verdict: str  # on the estimate's range, as the run's own verdict
+    verdict: Verdict  # on the changed run's range, as the run's own verdict
 
     @property
     def fits(self) -> bool:
-        return self.verdict == "fits"
+        return self.verdict.fits
+
+    def to_dict(self) -> dict:
+        return {"flags": self.flags, "cost": self.cost, "bytes": self.bytes, "verdict": self.verdict.value,
+                "fits": self.fits}
 
 
 def _variants(model: ModelInfo, run: PreferenceRun, length: int | None, prompt_length: int | None):
@@ -310,9 +315,6 @@ def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length
     def estimated(r, ref, count_new=True):
         return estimate_run(model, r, backend, length, ref, prompt_length, count_new)
 
-    def judged(e):  # on the range of the changed run's own mode (--train-mode orpo is ORPO's)
-        return range_verdict(*e.range_bytes, usable)
-
     def apply(r, ref, change):
         if change == "ref4":
             return r, _quantized_reference(model)
@@ -325,9 +327,9 @@ def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length
     for flags, cost, change in _variants(model, run, length, prompt_length):
         e = estimated(*apply(run, reference, change))
         if e.peak_bytes < base:
-            singles.append(Change(flags, cost, e.peak_bytes, judged(e)))
+            singles.append(Change(flags, cost, e.peak_bytes, e.verdict(usable)))
     combo = []
-    if judged(base_estimate) != "fits" and not any(c.fits for c in singles):
+    if not base_estimate.verdict(usable).fits and not any(c.fits for c in singles):
         r, ref, now = run, reference, base
         for _ in range(6):
             best = None
@@ -343,7 +345,7 @@ def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length
             now, r, ref = best[0], best[3], best[4]
             option = best[1].split()[0]  # a second value of a flag replaces the first
             combo = [c for c in combo if c.flags.split()[0] != option]
-            combo.append(Change(best[1], best[2], now, judged(best[5])))
+            combo.append(Change(best[1], best[2], now, best[5].verdict(usable)))  # on its own mode's range
             if combo[-1].fits:  # the whole range within the budget
                 break
     return {"singles": singles, "combination": combo}

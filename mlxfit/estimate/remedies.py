@@ -33,6 +33,7 @@ from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
 from ..units import format_count
 from .sizing import catalog_model, catalog_sizes, sized
+from .verdict import Verdict
 
 MIN_LENGTH_WITHOUT_DATA = 512
 DATA_KEEP_SHARE = 0.99  # with --data, never cut below what keeps this share whole
@@ -75,7 +76,7 @@ class Option:
     model: ModelInfo
     training: TrainingConfig
     new_bytes: int
-    verdict: str
+    verdict: Verdict
 
     @property
     def cost(self) -> float:
@@ -88,7 +89,7 @@ class Option:
     @property
     def fits(self) -> bool:
         """As probe's verdict: the range's high end within the budget."""
-        return self.verdict == "fits"
+        return self.verdict.fits
 
     @property
     def speed_only(self) -> bool:
@@ -101,7 +102,7 @@ class Option:
         return {
             "flags": self.flags,
             "new_bytes": self.new_bytes,
-            "verdict": self.verdict,
+            "verdict": self.verdict.value,
             "fits": self.fits,
             "cost": self.cost,
             "speed_only": self.speed_only,
@@ -215,7 +216,7 @@ def _sizer(backend: str, calibration, length: int | None, usable: int):
 
 
 def _rank(option: Option):
-    return (option.verdict != "fits", option.cost, option.new_bytes)
+    return (not option.fits, option.cost, option.new_bytes)
 
 
 def _dominates(a: Option, b: Option) -> bool:

@@ -16,7 +16,8 @@ from ..model.resolve import ModelInfo, original_weights
 from ..model.training import TrainingConfig
 from .detailed import Breakdown, estimate
 from .rule import rule_bytes
-from .uncertainty import predicted_range, run_kind, verdict
+from .uncertainty import predicted_range, run_kind
+from .verdict import Verdict, judge
 
 CALIBRATION_PART = "calibration"
 # mlx_lm/lora.py train_model, fine_tune_type full: `l.unfreeze()` on each trained block
@@ -93,15 +94,18 @@ def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibratio
 
 
 def sized(model: ModelInfo, training: TrainingConfig, backend: str, usable_bytes: int, calibration=None,
-          length: int | None = None) -> tuple[int, str]:
+          length: int | None = None) -> tuple[int, Verdict]:
     """(predicted peak bytes, verdict) of one candidate run, judged as probe judges
     the run itself: by the estimate's range on this backend against the budget."""
     need, _ = predict(model, training, backend, calibration, length)
     return need, judged(need, training, backend, usable_bytes)
 
 
-def judged(need: int, training: TrainingConfig, backend: str, usable_bytes: int) -> str:
-    """probe's verdict on an estimate already made: its range on this backend, for this
-    kind of run, against the budget."""
-    kind = run_kind(training.fine_tune_type, training.grad_checkpoint)
-    return verdict(*predicted_range(need, backend, kind=kind), usable_bytes)
+def run_range(need: int, training: TrainingConfig, backend: str) -> tuple[int, int]:
+    """The range of an estimate already made: its spread on this backend, for this kind of run."""
+    return predicted_range(need, backend, kind=run_kind(training.fine_tune_type, training.grad_checkpoint))
+
+
+def judged(need: int, training: TrainingConfig, backend: str, usable_bytes: int) -> Verdict:
+    """probe's verdict on an estimate already made: its range against the budget."""
+    return judge(*run_range(need, training, backend), usable_bytes)

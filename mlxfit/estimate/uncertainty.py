@@ -1,4 +1,4 @@
-"""How far an estimate can be off, per backend, and verdicts that respect it.
+"""How far an estimate can be off, per backend.
 
 Every estimate carries a range [low, high]: the point estimate times the spread of
 measured / predicted peaks on the evidence for that backend
@@ -16,8 +16,7 @@ measured / predicted peaks on the evidence for that backend
   on another backend, compounded with that backend's SFT spread, since no public
   run of these modes was found there.
 
-A verdict is "fits" only when the high end is within the budget, "does not fit"
-when the low end is above it, and "tight" when the budget falls inside the range.
+The verdict on a range is mlxfit/estimate/verdict.py's judge.
 """
 
 from __future__ import annotations
@@ -73,14 +72,6 @@ def preference_range(n_bytes: int, mode: str, backend: str, counted: bool = Fals
         backend_low, backend_high = range_factors(backend)
         low, high = low * backend_low, high * backend_high
     return int(math.floor(n_bytes * low)), int(math.ceil(n_bytes * high))
-
-
-def verdict(low_bytes: int, high_bytes: int, usable_bytes: int) -> str:
-    if low_bytes > usable_bytes:
-        return "does not fit"
-    if high_bytes > usable_bytes:
-        return "tight"
-    return "fits"
 
 
 def quantile(values: list[float], q: float) -> float:

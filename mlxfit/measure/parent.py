@@ -391,9 +391,10 @@ class Comparison:
         return self.judged_bytes <= self.usable_bytes < m.peak_bytes + m.cache_bytes
 
     def to_dict(self) -> dict:
-        from ..estimate.plan import verdict
+        from ..estimate.verdict import judge, measured_range
 
         judged = self.judged_bytes
+        verdict = judge(*measured_range(judged), self.usable_bytes)
         return {
             "measured": self.measurement.to_dict(),
             "predicted_peak_bytes": self.predicted_bytes,
@@ -401,8 +402,8 @@ class Comparison:
             "measured_verdict": {
                 "bytes": judged,
                 "basis": self.VERDICT_BASIS,
-                "verdict": verdict(judged, self.usable_bytes),
-                "fits": judged <= self.usable_bytes,
+                "verdict": verdict.value,
+                "fits": judged <= self.usable_bytes,  # within the budget, margin aside
                 "cache_breaks_budget": self.cache_breaks_budget,
             },
             **({"note": self.note} if self.note else {}),

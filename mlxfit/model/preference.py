@@ -99,6 +99,30 @@ class PreferenceRun:
         return data
 
 
+MODE_WORDS = "dpo, cpo, orpo or grpo"  # the --train-mode values that are mlx_lm_lora.train's
+# mlx_lm_lora.train's own settings beyond mlx-lm's, as probe's flags name them.
+RUN_FLAGS = ("beta", "reference_model_path", "max_completion_length", "efficient_long_context", "load_in_4bits",
+             "load_in_6bits", "load_in_8bits", "prompt_length")
+
+
+def refuse_mode_flags(pref: dict) -> None:
+    """mlx_lm_lora.train's own flags on an sft run (mlx_lm.lora) would change nothing: say so."""
+    given = [name for name, value in pref.items() if name != "train_mode" and value is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise BadInput(f"{flag} is mlx_lm_lora.train's: add --train-mode {MODE_WORDS}")
+
+
+def refuse_sft_flags(mode: str, method_given: bool, bits_given: bool) -> None:
+    """mlx_lm.lora's --method and --bits mean nothing to mlx_lm_lora.train: say so rather
+    than estimate a run the user did not ask for."""
+    if method_given:
+        raise BadInput(f"--method is mlx_lm.lora's: with --train-mode {mode} use --train-type (lora, dora, full) "
+                       "and --load-in-4bits")
+    if bits_given:
+        raise BadInput("--bits is mlx_lm.lora's: mlx_lm_lora.train quantizes with --load-in-4bits, -6bits or -8bits")
+
+
 def mode_from(flag: str | None, config: dict) -> str:
     mode = flag or config.get("train_mode") or CONFIG_DEFAULTS["train_mode"]
     if mode not in MODES:

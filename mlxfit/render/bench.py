@@ -11,14 +11,13 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import MlxfitError
-from ..estimate.plan import verdict
 from ..estimate.sizing import judged
-from ..estimate.uncertainty import verdict as range_verdict
+from ..estimate.verdict import Verdict, judge, measured_range
 from ..measure.bench import ESTIMATED, FAILED, MEASURED, SKIPPED, UNKNOWN, MaxResult, Row
 from ..units import GB, format_count, format_size
 from .measurement import step_time
 from .memory import machine_line, print_warnings
-from .text import VERDICT_STYLE, console, err_console
+from .text import console, err_console, verdict_text
 
 PLOT_INSTALL = "pip install 'mlxfit[plot]'"
 SETTING_WORDS = {"batch_size": "batch size", "max_seq_length": "max sequence length"}
@@ -65,8 +64,7 @@ def run_word(fits: bool | None) -> Text:
     """A measured run's result: fits, does not fit, or unknown (it timed out)."""
     if fits is None:
         return Text("unknown", style=UNKNOWN_STYLE)
-    word = "fits" if fits else "does not fit"
-    return Text(word, style=VERDICT_STYLE[word])
+    return verdict_text(Verdict.FITS if fits else Verdict.DOES_NOT_FIT)
 
 
 def step_line(run: str, event: dict) -> str:
@@ -129,12 +127,12 @@ def duration(seconds: float | None) -> str:
 def row_line(row: Row, name: str) -> Text:
     text = Text(f"  {name}: ")
     if row.status == MEASURED:
-        word = verdict(row.measured_peak_bytes, row.usable_bytes)
+        verdict = judge(*measured_range(row.measured_peak_bytes), row.usable_bytes)
         process = "" if row.process_peak_bytes is None else f", process {size(row.process_peak_bytes)}"
         text.append(f"predicted {size(row.predicted_bytes)}, measured{by_slice(row.measured_by)} "
                     f"{size(row.measured_peak_bytes)} ({row.error_pct:+.1f}%)"
                     f"{process}{rate_words(row.tokens_per_second)} ")
-        text.append(word, style=VERDICT_STYLE[word])
+        text.append(verdict_text(verdict))
     elif row.status == FAILED:
         text.append("failed", style="bold red")
         text.append(f": {row.reason}")
@@ -301,14 +299,13 @@ def number(n_bytes: int | None, unit: tuple[str, int, int]) -> str:
 
 def row_verdict(row: Row) -> Text:
     if row.status == MEASURED:
-        word = verdict(row.measured_peak_bytes, row.usable_bytes)
-        return Text(word, style=VERDICT_STYLE[word])
+        return verdict_text(judge(*measured_range(row.measured_peak_bytes), row.usable_bytes))
     if row.status == ESTIMATED:  # an estimate's verdict respects its range (mlxfit/estimate/uncertainty.py)
         if is_preference(row):  # its mode's range
-            word = range_verdict(*row.predicted_range_bytes, row.usable_bytes)
+            verdict = judge(*row.predicted_range_bytes, row.usable_bytes)
         else:
-            word = judged(row.predicted_bytes, row.training, row.backend, row.usable_bytes)
-        return Text(f"{word} (estimate)", style=VERDICT_STYLE[word])
+            verdict = judged(row.predicted_bytes, row.training, row.backend, row.usable_bytes)
+        return verdict_text(verdict, " (estimate)")
     return Text(row.status, style={FAILED: "bold red", SKIPPED: "yellow", UNKNOWN: UNKNOWN_STYLE}.get(row.status, ""))
 
 
@@ -395,8 +392,8 @@ def render_max(result: MaxResult) -> None:
         console.print(table)
     elif result.value is not None:
         console.print(f"  predicted peak {size(result.estimate_bytes)} (estimate only)")
-        if result.estimate_verdict != "fits":
-            console.print(f"  [yellow]probe calls it {result.estimate_verdict}[/]: the estimate's range reaches past the "
+        if not result.estimate_verdict.fits:
+            console.print(f"  [yellow]probe calls it {result.estimate_verdict.value}[/]: the estimate's range reaches past the "
                           f"whole {size(result.usable_bytes)} budget; --measure (without --estimate-only) settles it")
     measured_note = "Measured: MLX's peak with the model load (what mlx-lm reports). " if result.measured else ""
     console.print(f"[dim]{measured_note}{UNITS_NOTE}[/]")

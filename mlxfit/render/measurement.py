@@ -9,7 +9,7 @@ from rich import box
 from rich.table import Table
 
 from ..units import format_gb, format_size
-from .text import VERDICT_STYLE, console, err_console, print_hanging
+from .text import console, err_console, print_hanging, verdict_markup
 
 
 @contextmanager
@@ -86,9 +86,8 @@ def render_comparison(comparison) -> None:
         table.add_row("process peak", format_size(m.process_peak_bytes), "resident high-water mark of the process")
     table.add_row("predicted", format_size(comparison.predicted_bytes), f"error {comparison.error_pct:+.1f}% against peak with load")
     console.print(table)
-    style = VERDICT_STYLE[judged["verdict"]]
     print_hanging(
-        f"Measured verdict: [{style}]{judged['verdict']}[/] — {format_size(judged['bytes'])} peak with load "
+        f"Measured verdict: {verdict_markup(judged['verdict'])} — {format_size(judged['bytes'])} peak with load "
         f"against a {format_gb(comparison.usable_bytes)} budget, on the estimate's basis: MLX's own memory, "
         f"without the process's resident baseline (the process peak above)",
         indent=2,

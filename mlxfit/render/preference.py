@@ -6,12 +6,12 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from ..estimate.verdict import Verdict
 from ..model.preference import EXTRA, PREFERENCE_MODES
 from ..units import format_gb, format_size
 from .inputs import storage_words
-from .text import console, print_fields, print_hanging
+from .text import console, print_fields, print_hanging, verdict_text, verdict_markup
 
-VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "red"}
 
 
 def run_words(run, estimate) -> list[str]:
@@ -81,10 +81,10 @@ def render(model, run, estimate, usable, plans, stats=None, measured=None, notes
               + (", logits counted" if estimate.logits_buffers is not None else "")
               + ("" if estimate.backend == "cpu" else
                  f", widened by the {estimate.backend} SFT spread: no public {estimate.backend} run of this mode was found"))
-    print_hanging(f"[bold]Verdict[/]  [{VERDICT_STYLE[v]}]{v}[/]: the peak is the {peak.name.split(':')[0]}, "
+    print_hanging(f"[bold]Verdict[/]  {verdict_markup(v)}: the peak is the {peak.name.split(':')[0]}, "
                   f"{format_size(estimate.peak_bytes)} (range {format_size(low)}–{format_size(high)}: {spread}) "
                   f"against a budget of {format_gb(usable)}")
-    if v == "tight":
+    if v is Verdict.TIGHT:
         print_hanging("[dim]The budget lies inside the range: --measure settles it with a few steps of mlx-lm-lora's own trainer.[/]")
     singles, combo = plans["singles"], plans["combination"]
     if singles:
@@ -94,13 +94,11 @@ def render(model, run, estimate, usable, plans, stats=None, measured=None, notes
         table.add_column("verdict")
         table.add_column("costs", style="dim")
         for c in singles:
-            w = c.verdict
-            table.add_row(c.flags, format_size(c.bytes), Text(w, style=VERDICT_STYLE[w]), c.cost)
+            table.add_row(c.flags, format_size(c.bytes), verdict_text(c.verdict), c.cost)
         console.print(table)
     if combo:
-        w = combo[-1].verdict
         flags = " ".join(c.flags for c in combo)
-        print_hanging(f"[bold]Plan[/]     [{VERDICT_STYLE[w]}]{w}[/] together: {flags} ({format_size(combo[-1].bytes)})")
+        print_hanging(f"[bold]Plan[/]     {verdict_markup(combo[-1].verdict)} together: {flags} ({format_size(combo[-1].bytes)})")
     if measured is not None:
         render_measured(run, estimate, measured)
 

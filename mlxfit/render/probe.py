@@ -10,10 +10,11 @@ from rich.text import Text
 
 from ..estimate.plan import Plan
 from ..estimate.rule import METHOD_LABELS
+from ..estimate.verdict import Verdict
 from ..units import GB, format_count, format_gb, format_gb_range, format_size
 from .inputs import storage_words
 from .memory import machine_fields, print_warnings
-from .text import VERDICT_STYLE, console, print_fields, print_hanging, tokens
+from .text import console, print_fields, print_hanging, tokens, verdict_markup, verdict_text
 
 SOURCE_LABEL = {
     "local": "local folder",
@@ -213,7 +214,7 @@ def render_plan(plan: Plan, nodes: list[str] | None = None, longest=()) -> None:
         if detailed:
             row.append(format_gb(e.rule_bytes))
         row += [format_gb(e.usable_bytes), "—" if e.cannot else format_gb(e.headroom_bytes),
-                Text(e.verdict, style=VERDICT_STYLE[e.verdict])]
+                verdict_text(e.verdict)]
         if not detailed:
             row.append("" if e.cannot else bar(e.predicted_bytes, e.usable_bytes))
         table.add_row(*row)
@@ -336,7 +337,7 @@ def verdict_words(plan: Plan, longest=()) -> str:
     mine = next((f for f in longest if f.method == e.method), None)
     worst = f" with every batch {tokens(plan.training.max_seq_length)} long (the worst case)" if mine else ""
     low, high = e.predicted_range_bytes
-    if e.verdict == "tight":
+    if e.verdict is Verdict.TIGHT:
         words = (f"{label} is tight for the {usable} budget{worst}: the budget lies inside the estimate's range "
                  f"({low / GB:.1f}–{high / GB:.1f} GB), so it may not fit")
     elif e.detailed:
@@ -405,8 +406,7 @@ def render_remedies(plan: Plan, longest=()) -> None:
             if r.new_bytes is None:
                 result = ""
             else:
-                word = r.verdict or ("fits" if r.fits else "does not fit")
-                result = f" → {format_gb(r.new_bytes)}, [{VERDICT_STYLE[word]}]{word}[/]"
+                result = f" → {format_gb(r.new_bytes)}, {verdict_markup(r.verdict)}"
             print_hanging(f"  [bold]{r.change}[/]{result} · [dim]{r.why}[/]", indent=4)
 
 
@@ -422,11 +422,10 @@ def flag_pairs(flags: str) -> list[str]:
 
 
 def render_option(option) -> None:
-    style = VERDICT_STYLE.get(option.verdict, "")
     print_fields("", [Text(p, style="bold") for p in flag_pairs(option.flags)], sep=" ", indent=4)
     costs = "; ".join(c.costs for c in option.changes)
     kind = "costs speed only" if option.speed_only else "costs"
-    print_hanging(f"      → {format_gb(option.new_bytes)}, [{style}]{option.verdict}[/] · {kind}: [dim]{costs}[/]", indent=8)
+    print_hanging(f"      → {format_gb(option.new_bytes)}, {verdict_markup(option.verdict)} · {kind}: [dim]{costs}[/]", indent=8)
 
 
 def render_hosts(checks: list[dict]) -> None:
@@ -438,7 +437,7 @@ def render_hosts(checks: list[dict]) -> None:
     for c in checks:
         table.add_row(
             c["host"], format_gb(c["total_bytes"]), format_gb(c["usable_bytes"]),
-            format_gb(c["predicted_peak_bytes"]), Text(c["verdict"], style=VERDICT_STYLE[c["verdict"]]),
+            format_gb(c["predicted_peak_bytes"]), verdict_text(c["verdict"]),
         )
     console.print(table)
 

@@ -12,9 +12,7 @@ from ..estimate.rule import METHOD_LABELS
 from ..units import format_count, format_gb, format_size
 from .memory import machine_fields, print_warnings
 from .probe import settings_words
-from .text import VERDICT_STYLE, console, print_fields, print_hanging, tokens
-
-VERDICT_MARK = {"fits": "✓", "tight": "!", "does not fit": "✗"}
+from .text import VERDICT_MARK, VERDICT_STYLE, console, print_fields, print_hanging, tokens
 
 
 def render_fits(table_data: FitsTable) -> None:

@@ -6,12 +6,34 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
+from ..estimate.verdict import Verdict
+
 # No :emoji: codes: mlxfit writes none, a model id or path is printed as it is, and
 # rich's table of emoji names (a few ms to import) is never loaded.
 console = Console(highlight=False, emoji=False)
 err_console = Console(stderr=True, highlight=False, emoji=False)
 
-VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red", "mlx-lm cannot": "yellow"}
+# A Verdict in words and colour, for every renderer: the words are those --json gives.
+VERDICT_STYLE = {Verdict.FITS: "green", Verdict.TIGHT: "yellow", Verdict.DOES_NOT_FIT: "bold red",
+                 Verdict.CANNOT: "yellow"}
+VERDICT_MARK = {Verdict.FITS: "✓", Verdict.TIGHT: "!", Verdict.DOES_NOT_FIT: "✗"}  # fits' table cells
+
+
+def verdict_of(verdict: Verdict | str) -> Verdict:
+    """A Verdict, or its words as an answer's dict carries them."""
+    return verdict if isinstance(verdict, Verdict) else Verdict(verdict)
+
+
+def verdict_markup(verdict: Verdict | str, after: str = "") -> str:
+    """The verdict's words in its colour, as markup (`after` inside the colour)."""
+    verdict = verdict_of(verdict)
+    return f"[{VERDICT_STYLE[verdict]}]{verdict.value}{after}[/]"
+
+
+def verdict_text(verdict: Verdict | str, after: str = "") -> Text:
+    """The same as a Text (a table cell)."""
+    verdict = verdict_of(verdict)
+    return Text(verdict.value + after, style=VERDICT_STYLE[verdict])
 
 
 def print_hanging(text, indent: int = 9, out: Console | None = None) -> None:

@@ -10,6 +10,7 @@ from ...errors import BadInput, MlxfitError
 from ...estimate.lengths import SEARCH_LIMIT_UNITS, largest
 from ...estimate.plan import predict
 from ...estimate.sizing import judged
+from ...estimate.verdict import Verdict
 from ...model.resolve import ModelInfo
 from ...model.runconfig import hard_context
 from ...model.training import TrainingConfig
@@ -58,7 +59,7 @@ class MaxResult:
     settled: bool = False  # the measured runs found the limit (not cut off after max_runs)
     runs: tuple[SearchRun, ...] = field(default=())
     # probe's verdict on the estimate's answer: its range against the whole budget, margin aside
-    estimate_verdict: str | None = None
+    estimate_verdict: Verdict | None = None
 
     @property
     def unknown(self) -> bool:
@@ -81,7 +82,7 @@ class MaxResult:
             "measured_runs": len(self.runs),
             "estimate_value": self.estimate_value,
             "estimate_bytes": self.estimate_bytes,
-            "estimate_verdict": self.estimate_verdict,
+            "estimate_verdict": self.estimate_verdict and self.estimate_verdict.value,
             "target_bytes": self.target_bytes,
             "usable_bytes": self.usable_bytes,
             "margin": self.margin,

@@ -1,0 +1,137 @@
+"""mlxfit as a library: three calls, and the command line is their first client.
+
+- `estimate_run(model, **training)`: what one run needs, by the detailed estimate, with no
+  machine and no budget;
+- `plan(model, memory=..., **training)`: probe's plan for that run on a machine: each
+  method against the budget, the verdicts, and what to change;
+- `probe(model, memory=..., **training)`: probe's whole answer, as `mlxfit probe` gives
+  it (`.to_dict()` is `probe --json`), every mode and every check included.
+
+Training settings are mlx-lm's (or, with `train_mode`, mlx-lm-lora's) names, given
+partially: what is not given comes from the YAML `config` and then the defaults, by
+the same merge as the command line's flags. docs/python-api.md shows them in use.
+(`mlxfit.estimate` is the subpackage of the estimates, so the first call is `estimate_run`.)
+"""
+
+from __future__ import annotations
+
+
+def estimate_run(model, *, method: str | None = None, backend: str = "cpu", train_mode: str = "sft", length=None,
+             **training):
+    """The detailed estimate of one run: for mlx-lm's SFT a Breakdown (`peak_bytes`,
+    `parts` in bytes), for a DPO, CPO, ORPO or GRPO run the PreferenceEstimate of its
+    phases. `model`: a catalog id, a folder or a config.json, as `--model`; `length`:
+    the widest batch in tokens where not `max_seq_length`."""
+    from .estimate.sizing import predict
+    from .model.resolve import resolve_model
+
+    info = resolve_model(model)
+    if info.architecture is None:
+        from .errors import BadInput
+
+        raise BadInput(f"{info.id}: no architecture to estimate (a bare size has the rule of thumb only: see plan)")
+    if train_mode != "sft":
+        from .estimate.preference import estimate_run
+        from .model.preference import resolve_run
+
+        run = resolve_run(_mode(train_mode), _preference_flags(training), {})
+        return estimate_run(info, run, backend, length)
+    _, breakdown = predict(info, _training(training, method), backend, length=length)
+    return breakdown
+
+
+def plan(model, *, method: str | None = None, memory=None, gpu_memory=None, reserve=None, backend: str | None = None,
+         **training):
+    """probe's plan for mlx-lm's SFT run (mlxfit.estimate.plan.Plan): each method's
+    estimate against the budget of this machine, or of the one `memory` (unified) or
+    `gpu_memory` (a discrete GPU) describe, with its verdict and, where the run does not
+    fit, the remedies and the cheapest plan. Sizes as "36GB", "36GiB" or bytes."""
+    from .answer import checked_run, get_machine
+    from .estimate.plan import make_plan
+    from .model.resolve import resolve_model
+
+    info = resolve_model(model)
+    settings = _training(training, method)
+    checked_run(info, settings)
+    return make_plan(get_machine(_size(memory), _size(gpu_memory), reserve), info, settings, backend=backend)
+
+
+def probe(model=None, *, config=None, data=None, method=None, train_mode=None, memory=None, gpu_memory=None,
+          reserve=None, backend=None, hostfile=None, skip_bad_lines=False, trust_remote_code=False, measure=False,
+          by_slice=False, force=False, timeout=900, steps=6, progress=None, chip=None, iters=None, **settings):
+    """probe's answer, as the command line gives it: `.to_dict()` is what `probe --json`
+    prints. `settings`: mlx-lm's training settings, and with `train_mode` (dpo, cpo,
+    orpo, grpo, or from the YAML `config`) mlx-lm-lora's; `measure` trains a few steps
+    here. `progress`: what a measurement shows while it runs (None: nothing). `chip`: the
+    Apple chip to time the run on (as `--chip`); `iters`: the run's iterations (mlx-lm's)."""
+    from pathlib import Path
+
+    from .answer import Silent, get_machine
+    from .model.preference import RUN_FLAGS, mode_from, read_yaml, refuse_mode_flags, refuse_sft_flags
+
+    progress = progress or Silent()
+    _known(settings)
+    pref = {k: settings.pop(k) for k in RUN_FLAGS if k in settings}
+    mode = mode_from(train_mode, read_yaml(Path(config)) if config else {})
+    memory, gpu_memory = _size(memory), _size(gpu_memory)
+    if mode == "sft":
+        refuse_mode_flags(pref)
+        from .answer import probe as sft_probe
+
+        return sft_probe(model, settings, config_path=config, data=data, method=method, skip_bad_lines=skip_bad_lines,
+                         trust_remote_code=trust_remote_code, hostfile=hostfile, backend=backend, do_measure=measure,
+                         by_slice=by_slice, force=force, timeout=timeout, steps=steps, memory=memory,
+                         gpu_memory=gpu_memory, reserve=reserve, progress=progress, chip=chip, iters=iters)
+    if chip or iters:
+        from .errors import BadInput
+
+        flag = "--chip" if chip else "--iters"
+        raise BadInput(f"{flag} with --train-mode {mode}: the run's time is estimated for mlx_lm.lora runs only; "
+                       f"leave {flag} out")
+    refuse_sft_flags(mode, method is not None, settings.get("bits") is not None)
+    from .answer_preference import probe as preference_probe
+
+    return preference_probe(model, config, data, settings, {**pref, "train_mode": mode},
+                            get_machine(memory, gpu_memory, reserve), backend, measure, timeout, steps, progress,
+                            reserve, skip_bad_lines=skip_bad_lines, trust_remote_code=trust_remote_code,
+                            hostfile=hostfile, by_slice=by_slice, force=force)
+
+
+def _size(value):
+    """A memory size as the command line reads it ("36GB", "36GiB"), or bytes."""
+    if value is None or isinstance(value, int):
+        return value
+    from .units import parse_bytes
+
+    return parse_bytes(str(value))
+
+
+def _known(settings: dict) -> None:
+    from .errors import BadInput
+    from .model.preference import RUN_FLAGS
+    from .model.runconfig import _FLAG_KEYS
+
+    known = (_FLAG_KEYS - {"model", "data"}) | set(RUN_FLAGS) | {"hosts"}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise BadInput(f"unknown training setting {unknown[0]!r} (known: {', '.join(sorted(known))})")
+
+
+def _training(settings: dict, method: str | None):
+    """mlx-lm's training settings, given partially, merged as the command line merges them."""
+    from .model.runconfig import check_method, resolve, with_method
+
+    _known(settings)
+    check_method(method, settings.get("fine_tune_type"))
+    return with_method(resolve(dict(settings)).training, method)
+
+
+def _mode(train_mode: str) -> str:
+    from .model.preference import mode_from
+
+    return mode_from(train_mode, {})
+
+
+def _preference_flags(settings: dict) -> dict:
+    _known(settings)
+    return {**settings, "rl_group_size": settings.get("group_size")}
