@@ -1,6 +1,7 @@
 """The CLI end to end: JSON fields, verdicts, bad input, and no heavy imports."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -221,6 +222,37 @@ def test_malformed_config(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     result = CliRunner().invoke(cli, ["probe", "--model", str(tmp_path)])
     assert result.exit_code == 1 and "is not valid JSON" in result.output
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ('{"model_type": "llama", "name": "caf\xe9"}'.encode("latin-1"),
+         "is not UTF-8 text (byte 0xe9 at line 1, column 37): save it as UTF-8"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff", "is a binary file, not UTF-8 text"),
+    ],
+)
+def test_config_not_utf8_is_one_line(tmp_path, content, problem):
+    (tmp_path / "config.json").write_bytes(content)
+    result = CliRunner().invoke(cli, ["probe", "--model", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: {tmp_path / 'config.json'} {problem}"
+
+
+def test_unreadable_config_is_one_line(tmp_path):
+    (tmp_path / "config.json").mkdir()  # not a file: from_folder says so
+    assert "has no config.json" in CliRunner().invoke(cli, ["probe", "--model", str(tmp_path)]).output
+    config = tmp_path / "sub" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps(TINY["llama"]))
+    config.chmod(0)
+    try:
+        if os.access(config, os.R_OK):
+            pytest.skip("running as root: every file is readable")
+        result = CliRunner().invoke(cli, ["probe", "--model", str(config.parent)])
+    finally:
+        config.chmod(0o644)
+    assert result.exit_code == 1 and result.output.strip() == f"Error: cannot read {config}: Permission denied"
 
 
 def test_unknown_model_type_gets_the_rule_from_its_config(model_folder):

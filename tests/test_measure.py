@@ -458,3 +458,18 @@ def test_a_cache_that_cannot_be_written_loses_no_measurement(tmp_path, monkeypat
     assert data["note"].startswith("not stored for calibration: cannot write")
     text = " ".join(CliRunner().invoke(cli, args).stdout.split())
     assert "Measured verdict:" in text and "the measurement was not stored for calibration" in text
+
+
+def test_a_full_cache_disk_leaves_no_temporary_file(tmp_path, monkeypatch, platform, full_disk):
+    platform(LINUX_CPU)
+    cache = tmp_path / "full-cache"
+    monkeypatch.setenv("MLXFIT_CACHE_DIR", str(cache))
+    full_disk(cache)
+    folder = Path(small_request(tmp_path)["folder"])
+    args = ["probe", "--model", str(folder), "--num-layers", "-1", "--batch-size", "2", "--max-seq-length", "64", "--measure"]
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    note = json.loads(result.stdout)["note"]
+    stored = re.fullmatch(r"not stored for calibration: cannot write (\S+) \(No space left on device\)", note)
+    assert stored and Path(stored[1]).parent == cache / "measurements", note  # the file, not its temporary
+    assert [p for p in cache.rglob("*") if p.is_file()] == []  # no .<hash>.json.*.tmp, nor any other

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .. import data_text
 from ..errors import BadInput, MlxfitError
+from ..files import read_text
 from .architecture import Architecture, architecture_from_config
 from .lazy_model import NotSizable, UnknownModelType, config_key, text_config
 
@@ -261,12 +262,11 @@ def config_params(config: dict) -> int | None:
 
 
 def read_config_file(path: Path) -> dict:
+    text = read_text(path)  # one line for a binary file or another encoding
     try:
-        return json.loads(path.read_text())
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise MlxfitError(f"{path} is not valid JSON: {e.msg.removesuffix(' at')} at line {e.lineno}") from e
-    except OSError as e:
-        raise MlxfitError(f"cannot read {path}: {e.strerror}") from e
 
 
 def from_folder(folder: Path) -> ModelInfo:
