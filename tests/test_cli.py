@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -321,12 +322,47 @@ def test_python_dash_m_works():
          "config.json: hidden_size (64) is not a multiple of num_attention_heads (3) and there is no head_dim"),
         ({"num_attention_heads": 4, "num_key_value_heads": 3},
          "config.json: num_attention_heads (4) is not a multiple of num_key_value_heads (3)"),
+        ({"num_hidden_layers": 100_000},
+         "config.json field 'num_hidden_layers' is 100,000, over the 1,024 mlxfit sizes: no real model comes near "
+         "(the deepest have about 130 layers), so it is most likely a mistake"),
+        ({"num_hidden_layers": 10**7}, "config.json field 'num_hidden_layers' is 10,000,000, over the 1,024"),
+        ({"vocab_size": 10**9}, "config.json field 'vocab_size' is 1,000,000,000, over the 16,777,216 mlxfit sizes"),
+        ({"text_config": {"hidden_size": 10**6}}, "config.json field 'text_config.hidden_size' is 1,000,000, over the 131,072"),
+        ({"intermediate_size": [128, 10**8]}, "config.json field 'intermediate_size' is 100,000,000, over the 1,048,576"),
+        ({"num_hidden_layers": 1000, "num_local_experts": 512},
+         "config.json: num_hidden_layers × num_local_experts is 1,000 × 512 = 512,000, over the 65,536 mlxfit sizes: "
+         "no real model comes near (the most have about 25,000: 48 layers × 512 experts), so it is most likely a mistake"),
     ],
 )
 def test_bad_config_values_are_one_line(model_folder, change, message):
     result = CliRunner().invoke(cli, ["probe", "--model", str(model_folder({**TINY["llama"], **change}))])
     assert result.exit_code == 1
-    assert result.output.strip() == f"Error: {message}"
+    assert result.output.strip().startswith(f"Error: {message}") and len(result.output.strip().splitlines()) == 1
+
+
+def test_every_model_the_catalog_and_the_tests_know_is_within_bounds():
+    from mlxfit.model.bounds import check_bounds
+    from mlxfit.model.resolve import catalog
+
+    for _, config in catalog().values():
+        check_bounds(config)
+    for config in TINY.values():
+        check_bounds(config)
+
+
+def test_the_bounded_products_are_what_building_costs():
+    """Most MoE models stack their experts in one module; DBRX builds one per expert
+    (its own bound in mlxfit/model/bounds.py)."""
+    from mlxfit.model.lazy_model import build
+    from mlxfit.model import module_tree
+
+    def modules(config):
+        return len(module_tree.modules(build(config)))
+
+    dbrx = json.loads((Path(__file__).parent / "fixtures" / "tiny_configs.json").read_text())["dbrx"]
+    more = {**dbrx, "ffn_config": {**dbrx["ffn_config"], "moe_num_experts": 2 * dbrx["ffn_config"]["moe_num_experts"]}}
+    assert modules(more) > modules(dbrx)
+    assert modules({**TINY["qwen3_moe"], "num_experts": 2 * TINY["qwen3_moe"]["num_experts"]}) == modules(TINY["qwen3_moe"])
 
 
 def test_unmeasured_block_kinds_are_approximate_and_point_to_measure(platform):

@@ -14,6 +14,7 @@ from .. import data_text
 from ..errors import BadInput, MlxfitError
 from ..files import read_text
 from .architecture import Architecture, architecture_from_config
+from .bounds import check_bounds
 from .lazy_model import NotSizable, UnknownModelType, config_key, text_config
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"  # mlx_lm.lora's own default model
@@ -156,6 +157,7 @@ def _whole(value) -> bool:
 def _from_config(model_id: str, source: str, config: dict, path=None) -> ModelInfo:
     if not isinstance(config, dict):
         raise MlxfitError(f"config.json of {model_id} is not a JSON object")
+    check_bounds(config)  # before anything is built: a config of 100,000 layers would take minutes
     bits, group_size, dtype = _storage(config)
     try:
         arch = architecture_from_config(config)
