@@ -79,10 +79,10 @@ def test_local_quantized_folder(model_folder):
 
 def run_fresh_process(args, env_extra):
     """huggingface_hub reads HF_HOME and HF_HUB_OFFLINE when first imported, so
-    hub lookups are tested in a fresh interpreter with the environment set."""
+    hub lookups are tested in a fresh interpreter with the environment set (and no proxy)."""
     import os
 
-    env = dict(os.environ, **env_extra)
+    env = dict({k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}, **env_extra)
     return subprocess.run([sys.executable, "-m", "mlxfit", *args], capture_output=True, text=True, env=env, timeout=60)
 
 
@@ -110,6 +110,88 @@ def test_unreachable_hub_is_one_line_without_retries(tmp_path):
         "Error: unknown model 'nobody/not-a-model': not a local folder, not in the built-in catalog "
         "(`mlxfit models`), not in the Hugging Face cache, and http://127.0.0.1:9 cannot be reached (offline?)"
     )
+
+
+# Run mlxfit with every name but the loopback's unresolvable: nothing leaves the machine.
+LOOPBACK_ONLY = """
+import socket, sys
+real = socket.getaddrinfo
+def loopback_only(host, *args, **kwargs):
+    if host in ("127.0.0.1", "localhost"):
+        return real(host, *args, **kwargs)
+    print(f"direct: {host}", file=sys.stderr)
+    raise socket.gaierror(socket.EAI_NONAME, "this test reaches nothing but 127.0.0.1")
+socket.getaddrinfo = loopback_only
+from mlxfit.cli.main import cli
+cli(sys.argv[1:], prog_name="mlxfit")
+"""
+
+
+def run_loopback_only(args, env_extra):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env.update(env_extra)
+    return subprocess.run([sys.executable, "-c", LOOPBACK_ONLY, *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.fixture
+def refusing_proxy():
+    """A proxy on 127.0.0.1 that answers every request 403 and notes its first line."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    seen = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head and (chunk := conn.recv(4096)):
+                    head += chunk
+                if head:
+                    seen.append(head.split(b"\r\n")[0].decode())
+                    conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}", seen
+    server.close()
+
+
+@pytest.mark.parametrize("variable", ["HTTPS_PROXY", "https_proxy", "ALL_PROXY"])
+def test_the_hub_is_asked_through_the_proxy_of_the_environment(tmp_path, refusing_proxy, variable):
+    proxy, seen = refusing_proxy
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "", variable: proxy}
+    result = run_loopback_only(["probe", "nobody/not-a-model"], env)
+    assert result.returncode == 1
+    assert "CONNECT huggingface.co:443 HTTP/1.1" in seen  # huggingface_hub's own request went through it
+    assert result.stderr.strip() == (
+        f"Error: could not fetch config.json of 'nobody/not-a-model' through the proxy {proxy}: 403 Forbidden")
+
+
+def test_a_proxy_that_cannot_be_reached_is_named_without_its_password(tmp_path):
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "", "HTTPS_PROXY": "http://me:secret@127.0.0.1:9"}
+    result = run_loopback_only(["probe", "nobody/not-a-model"], env)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "Error: unknown model 'nobody/not-a-model': not a local folder, not in the built-in catalog "
+        "(`mlxfit models`), not in the Hugging Face cache, and the proxy http://127.0.0.1:9 (from the environment) "
+        "cannot be reached"
+    )
+
+
+def test_no_proxy_sends_the_hub_direct(tmp_path, refusing_proxy):
+    proxy, seen = refusing_proxy
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "", "HTTPS_PROXY": proxy, "NO_PROXY": "huggingface.co"}
+    result = run_loopback_only(["probe", "nobody/not-a-model"], env)
+    assert result.returncode == 1 and seen == []
+    assert result.stderr.splitlines()[0] == "direct: huggingface.co"  # refused by the test, as offline
+    assert result.stderr.strip().endswith("https://huggingface.co cannot be reached (offline?)")
 
 
 def test_unknown_hub_id_offline(tmp_path):

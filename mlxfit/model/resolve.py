@@ -327,10 +327,13 @@ def from_hub(repo_id: str) -> ModelInfo:
         return _from_config(repo_id, "hub", read_config_file(Path(cached)))
     from huggingface_hub import constants
 
-    if not constants.HF_HUB_OFFLINE and not _reachable(constants.ENDPOINT):
+    proxy = _proxy_for(constants.ENDPOINT)
+    if not constants.HF_HUB_OFFLINE and not _reachable(proxy or constants.ENDPOINT):
+        unreachable = (f"the proxy {proxy} (from the environment) cannot be reached" if proxy
+                       else f"{constants.ENDPOINT} cannot be reached (offline?)")
         raise MlxfitError(
             f"unknown model {repo_id!r}: not a local folder, not in the built-in catalog (`mlxfit models`), "
-            f"not in the Hugging Face cache, and {constants.ENDPOINT} cannot be reached (offline?)"
+            f"not in the Hugging Face cache, and {unreachable}"
         )
     try:
         with _quiet_hub():
@@ -338,33 +341,59 @@ def from_hub(repo_id: str) -> ModelInfo:
     except LocalEntryNotFoundError as e:
         raise MlxfitError(
             f"unknown model {repo_id!r}: not a local folder, not in the built-in catalog, "
-            "and its config.json is not in the Hugging Face cache (offline?)"
+            "and its config.json is not in the Hugging Face cache "
+            + ("(offline?)" if not proxy or constants.HF_HUB_OFFLINE
+               else f"nor could it be fetched through the proxy {proxy}: {_first_line(e)}")
         ) from e
     except RepositoryNotFoundError as e:
         raise MlxfitError(f"unknown model {repo_id!r}: no such repository on the Hugging Face Hub") from e
     except EntryNotFoundError as e:
         raise MlxfitError(f"{repo_id!r} on the Hugging Face Hub has no config.json") from e
     except Exception as e:  # network errors come in many types
-        raise MlxfitError(f"could not fetch config.json of {repo_id!r}: {e}") from e
+        through = f" through the proxy {proxy}" if proxy else ""
+        raise MlxfitError(f"could not fetch config.json of {repo_id!r}{through}: {_first_line(e)}") from e
     return _from_config(repo_id, "hub", read_config_file(Path(path)))
 
 
 HUB_TIMEOUT_S = 2.5
 
 
-def _reachable(endpoint: str, timeout: float = HUB_TIMEOUT_S) -> bool:
-    """Can a connection to the hub be opened at all? (huggingface_hub retries a
-    failed lookup five times, 8 s apart, before it gives up.)"""
+def _reachable(url: str, timeout: float = HUB_TIMEOUT_S) -> bool:
+    """Can a connection to the hub, or to the proxy that leads to it, be opened at all?
+    (huggingface_hub retries a failed lookup five times, 8 s apart, before it gives up.)"""
     import socket
     from urllib.parse import urlparse
 
-    parsed = urlparse(endpoint)
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    parsed = urlparse(url)
+    port = parsed.port or {"https": 443, "socks5": 1080, "socks5h": 1080}.get(parsed.scheme, 80)
     try:
         socket.create_connection((parsed.hostname, port), timeout=timeout).close()
         return True
     except (OSError, ValueError):
         return False
+
+
+def _proxy_for(url: str) -> str | None:
+    """The proxy that huggingface_hub's HTTP client (httpx or requests) takes from the
+    environment for `url`: HTTPS_PROXY or HTTP_PROXY by its scheme, else ALL_PROXY, unless
+    NO_PROXY names its host, as urllib reads them (credentials left out); None for a
+    direct connection."""
+    from urllib.parse import urlparse
+    from urllib.request import getproxies, proxy_bypass
+
+    parsed = urlparse(url)
+    proxies = getproxies()
+    proxy = proxies.get(parsed.scheme) or proxies.get("all")
+    if not proxy or not parsed.hostname or proxy_bypass(parsed.hostname):
+        return None
+    shown = urlparse(proxy if "://" in proxy else f"http://{proxy}")
+    # As it is named in messages: without a user name and password.
+    return shown._replace(netloc=shown.netloc.rpartition("@")[2]).geturl()
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
 
 
 @contextmanager
