@@ -111,3 +111,27 @@ def tokenizer_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny_model")
     fast.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    """`full_disk(folder)`: the disk under `folder` fills up. A new file there (every
+    temporary file is made with os.open, O_CREAT | O_EXCL) is still created, as a
+    free inode allows, but the kernel fails every byte written to it with ENOSPC:
+    its descriptor is /dev/full's."""
+    import os
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full (Linux)")
+    real_open, folders = os.open, []
+
+    def opening(path, flags, mode=0o777, *, dir_fd=None):
+        fd = real_open(path, flags, mode, dir_fd=dir_fd)
+        if flags & os.O_CREAT and flags & os.O_EXCL and any(str(path).startswith(str(f)) for f in folders):
+            full = real_open("/dev/full", os.O_WRONLY)
+            os.dup2(full, fd)
+            os.close(full)
+        return fd
+
+    monkeypatch.setattr(os, "open", opening)
+    return folders.append

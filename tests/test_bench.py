@@ -521,6 +521,37 @@ def test_a_full_disk_under_out_keeps_every_row_measured(small, fake, tmp_path, m
     assert "--resume" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+def test_a_disk_full_from_the_start_leaves_no_file_and_says_no_row_was_written(small, fake, tmp_path, full_disk):
+    results = tmp_path / "results"
+    results.mkdir()
+    out = results / "r.csv"
+    full_disk(results)
+    fake()
+    result = CliRunner().invoke(cli, ["bench", "--model", small, *SWEEP, "--out", str(out), "--json"])
+    assert result.exit_code == 1, result.output
+    assert len(json.loads(result.stdout)["rows"]) == 1  # measured, shown, but written nowhere
+    assert list(results.iterdir()) == []  # no r.csv, no temporary file
+    assert result.stderr.strip() == (
+        f"Error: --out {out}: cannot write (No space left on device), so the sweep stopped after 1 of 6; "
+        f"the rows above are every one measured, and none of them could be written to {out}"
+    )
+
+
+@pytest.mark.skipif(not HAVE_MATPLOTLIB, reason="needs mlxfit[plot]")
+def test_a_full_disk_under_plot_leaves_no_temporary_png(small, fake, tmp_path, full_disk):
+    out, plots = tmp_path / "r.csv", tmp_path / "plots"
+    plots.mkdir()
+    full_disk(plots)
+    fake()
+    result = CliRunner().invoke(cli, ["bench", "--model", small, *SWEEP, "--out", str(out), "--plot", str(plots / "r.png")])
+    assert result.exit_code == 1, result.output
+    assert list(plots.iterdir()) == [] and len(read_csv(out)) == 6
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"Error: --plot {plots / 'r.png'}: cannot write (No space left on device); the rows above are every one "
+        f"measured, and they are in {out}"
+    )
+
+
 @pytest.mark.skipif(not HAVE_MATPLOTLIB, reason="needs mlxfit[plot]")
 def test_a_full_disk_under_plot_keeps_the_results_and_leaves_no_empty_png(small, fake, tmp_path, monkeypatch):
     out, png = tmp_path / "r.csv", tmp_path / "r.png"

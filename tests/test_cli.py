@@ -1,8 +1,10 @@
 """The CLI end to end: JSON fields, verdicts, bad input, and no heavy imports."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -78,10 +80,10 @@ def test_local_quantized_folder(model_folder):
 
 def run_fresh_process(args, env_extra):
     """huggingface_hub reads HF_HOME and HF_HUB_OFFLINE when first imported, so
-    hub lookups are tested in a fresh interpreter with the environment set."""
+    hub lookups are tested in a fresh interpreter with the environment set (and no proxy)."""
     import os
 
-    env = dict(os.environ, **env_extra)
+    env = dict({k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}, **env_extra)
     return subprocess.run([sys.executable, "-m", "mlxfit", *args], capture_output=True, text=True, env=env, timeout=60)
 
 
@@ -109,6 +111,88 @@ def test_unreachable_hub_is_one_line_without_retries(tmp_path):
         "Error: unknown model 'nobody/not-a-model': not a local folder, not in the built-in catalog "
         "(`mlxfit models`), not in the Hugging Face cache, and http://127.0.0.1:9 cannot be reached (offline?)"
     )
+
+
+# Run mlxfit with every name but the loopback's unresolvable: nothing leaves the machine.
+LOOPBACK_ONLY = """
+import socket, sys
+real = socket.getaddrinfo
+def loopback_only(host, *args, **kwargs):
+    if host in ("127.0.0.1", "localhost"):
+        return real(host, *args, **kwargs)
+    print(f"direct: {host}", file=sys.stderr)
+    raise socket.gaierror(socket.EAI_NONAME, "this test reaches nothing but 127.0.0.1")
+socket.getaddrinfo = loopback_only
+from mlxfit.cli.main import cli
+cli(sys.argv[1:], prog_name="mlxfit")
+"""
+
+
+def run_loopback_only(args, env_extra):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env.update(env_extra)
+    return subprocess.run([sys.executable, "-c", LOOPBACK_ONLY, *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.fixture
+def refusing_proxy():
+    """A proxy on 127.0.0.1 that answers every request 403 and notes its first line."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    seen = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head and (chunk := conn.recv(4096)):
+                    head += chunk
+                if head:
+                    seen.append(head.split(b"\r\n")[0].decode())
+                    conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}", seen
+    server.close()
+
+
+@pytest.mark.parametrize("variable", ["HTTPS_PROXY", "https_proxy", "ALL_PROXY"])
+def test_the_hub_is_asked_through_the_proxy_of_the_environment(tmp_path, refusing_proxy, variable):
+    proxy, seen = refusing_proxy
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "", variable: proxy}
+    result = run_loopback_only(["probe", "nobody/not-a-model"], env)
+    assert result.returncode == 1
+    assert "CONNECT huggingface.co:443 HTTP/1.1" in seen  # huggingface_hub's own request went through it
+    assert result.stderr.strip() == (
+        f"Error: could not fetch config.json of 'nobody/not-a-model' through the proxy {proxy}: 403 Forbidden")
+
+
+def test_a_proxy_that_cannot_be_reached_is_named_without_its_password(tmp_path):
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "", "HTTPS_PROXY": "http://me:secret@127.0.0.1:9"}
+    result = run_loopback_only(["probe", "nobody/not-a-model"], env)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "Error: unknown model 'nobody/not-a-model': not a local folder, not in the built-in catalog "
+        "(`mlxfit models`), not in the Hugging Face cache, and the proxy http://127.0.0.1:9 (from the environment) "
+        "cannot be reached"
+    )
+
+
+def test_no_proxy_sends_the_hub_direct(tmp_path, refusing_proxy):
+    proxy, seen = refusing_proxy
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "", "HTTPS_PROXY": proxy, "NO_PROXY": "huggingface.co"}
+    result = run_loopback_only(["probe", "nobody/not-a-model"], env)
+    assert result.returncode == 1 and seen == []
+    assert result.stderr.splitlines()[0] == "direct: huggingface.co"  # refused by the test, as offline
+    assert result.stderr.strip().endswith("https://huggingface.co cannot be reached (offline?)")
 
 
 def test_unknown_hub_id_offline(tmp_path):
@@ -224,6 +308,37 @@ def test_malformed_config(tmp_path):
     assert result.exit_code == 1 and "is not valid JSON" in result.output
 
 
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ('{"model_type": "llama", "name": "caf\xe9"}'.encode("latin-1"),
+         "is not UTF-8 text (byte 0xe9 at line 1, column 37): save it as UTF-8"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff", "is a binary file, not UTF-8 text"),
+    ],
+)
+def test_config_not_utf8_is_one_line(tmp_path, content, problem):
+    (tmp_path / "config.json").write_bytes(content)
+    result = CliRunner().invoke(cli, ["probe", "--model", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: {tmp_path / 'config.json'} {problem}"
+
+
+def test_unreadable_config_is_one_line(tmp_path):
+    (tmp_path / "config.json").mkdir()  # not a file: from_folder says so
+    assert "has no config.json" in CliRunner().invoke(cli, ["probe", "--model", str(tmp_path)]).output
+    config = tmp_path / "sub" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps(TINY["llama"]))
+    config.chmod(0)
+    try:
+        if os.access(config, os.R_OK):
+            pytest.skip("running as root: every file is readable")
+        result = CliRunner().invoke(cli, ["probe", "--model", str(config.parent)])
+    finally:
+        config.chmod(0o644)
+    assert result.exit_code == 1 and result.output.strip() == f"Error: cannot read {config}: Permission denied"
+
+
 def test_unknown_model_type_gets_the_rule_from_its_config(model_folder):
     config = {"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
               "intermediate_size": 3072, "vocab_size": 30522}
@@ -290,12 +405,47 @@ def test_python_dash_m_works():
          "config.json: hidden_size (64) is not a multiple of num_attention_heads (3) and there is no head_dim"),
         ({"num_attention_heads": 4, "num_key_value_heads": 3},
          "config.json: num_attention_heads (4) is not a multiple of num_key_value_heads (3)"),
+        ({"num_hidden_layers": 100_000},
+         "config.json field 'num_hidden_layers' is 100,000, over the 1,024 mlxfit sizes: no real model comes near "
+         "(the deepest have about 130 layers), so it is most likely a mistake"),
+        ({"num_hidden_layers": 10**7}, "config.json field 'num_hidden_layers' is 10,000,000, over the 1,024"),
+        ({"vocab_size": 10**9}, "config.json field 'vocab_size' is 1,000,000,000, over the 16,777,216 mlxfit sizes"),
+        ({"text_config": {"hidden_size": 10**6}}, "config.json field 'text_config.hidden_size' is 1,000,000, over the 131,072"),
+        ({"intermediate_size": [128, 10**8]}, "config.json field 'intermediate_size' is 100,000,000, over the 1,048,576"),
+        ({"num_hidden_layers": 1000, "num_local_experts": 512},
+         "config.json: num_hidden_layers × num_local_experts is 1,000 × 512 = 512,000, over the 65,536 mlxfit sizes: "
+         "no real model comes near (the most have about 25,000: 48 layers × 512 experts), so it is most likely a mistake"),
     ],
 )
 def test_bad_config_values_are_one_line(model_folder, change, message):
     result = CliRunner().invoke(cli, ["probe", "--model", str(model_folder({**TINY["llama"], **change}))])
     assert result.exit_code == 1
-    assert result.output.strip() == f"Error: {message}"
+    assert result.output.strip().startswith(f"Error: {message}") and len(result.output.strip().splitlines()) == 1
+
+
+def test_every_model_the_catalog_and_the_tests_know_is_within_bounds():
+    from mlxfit.model.bounds import check_bounds
+    from mlxfit.model.resolve import catalog
+
+    for _, config in catalog().values():
+        check_bounds(config)
+    for config in TINY.values():
+        check_bounds(config)
+
+
+def test_the_bounded_products_are_what_building_costs():
+    """Most MoE models stack their experts in one module; DBRX builds one per expert
+    (its own bound in mlxfit/model/bounds.py)."""
+    from mlxfit.model.lazy_model import build
+    from mlxfit.model import module_tree
+
+    def modules(config):
+        return len(module_tree.modules(build(config)))
+
+    dbrx = json.loads((Path(__file__).parent / "fixtures" / "tiny_configs.json").read_text())["dbrx"]
+    more = {**dbrx, "ffn_config": {**dbrx["ffn_config"], "moe_num_experts": 2 * dbrx["ffn_config"]["moe_num_experts"]}}
+    assert modules(more) > modules(dbrx)
+    assert modules({**TINY["qwen3_moe"], "num_experts": 2 * TINY["qwen3_moe"]["num_experts"]}) == modules(TINY["qwen3_moe"])
 
 
 def test_unmeasured_block_kinds_are_approximate_and_point_to_measure(platform):

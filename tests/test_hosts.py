@@ -95,3 +95,18 @@ def test_bad_hostfiles(tmp_path, content, message):
     hostfile.write_text(content)
     result = CliRunner().invoke(cli, ["probe", "--hostfile", str(hostfile)])
     assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ('[{"ssh": "caf\xe9", "memory": "36GB"}]'.encode("latin-1"), "is not UTF-8 text (byte 0xe9 at line 1, column 14)"),
+        (bytes(range(256)), "is a binary file, not UTF-8 text"),
+    ],
+)
+def test_hostfile_not_utf8_is_one_line(tmp_path, content, problem):
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_bytes(content)
+    result = CliRunner().invoke(cli, ["probe", "--hostfile", str(hostfile)])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert result.output.startswith(f"Error: hostfile {hostfile} {problem}")

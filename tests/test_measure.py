@@ -308,6 +308,41 @@ def test_every_signal_that_ends_a_measuring_command_stops_its_child_and_removes_
     assert list(scratch.glob("mlxfit-*")) == []  # (MLX's own kernel cache may stay there)
 
 
+@pytest.mark.parametrize("command", ["probe", "probe-dpo", "bench"])
+def test_a_child_whose_parent_is_killed_ends_and_removes_its_folder(tmp_path, command):
+    """SIGKILL reaches no handler of the parent: the child sees its stdin end instead."""
+    import signal
+    import time
+
+    import psutil
+
+    folder = Path(small_request(tmp_path, length=1024, batch_size=8)["folder"])
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    name, *flags = MEASURING_COMMANDS[command]
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "mlxfit", name, "--model", str(folder), *flags],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    children = wait_for_children(parent)
+    try:
+        assert list(scratch.glob("mlxfit-*")), "the measuring process's folder is not under TMPDIR"
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 60  # a bound for a loaded machine, not a timing
+        alive = children
+        while time.monotonic() < deadline and (alive or list(scratch.glob("mlxfit-*"))):
+            time.sleep(0.2)
+            alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+        assert alive == [], [c.cmdline() for c in alive]
+        assert list(scratch.glob("mlxfit-*")) == []
+    finally:  # a test that fails leaves nothing running
+        for c in children:
+            if c.is_running():
+                c.kill()
+
+
 @pytest.mark.parametrize("optimizer", ["adam", "adafactor"])
 def test_the_update_phase_of_a_wide_full_fine_tune(tmp_path, optimizer):
     """Short sequences, many trainable weights: the peak is the optimizer update's,
@@ -458,3 +493,18 @@ def test_a_cache_that_cannot_be_written_loses_no_measurement(tmp_path, monkeypat
     assert data["note"].startswith("not stored for calibration: cannot write")
     text = " ".join(CliRunner().invoke(cli, args).stdout.split())
     assert "Measured verdict:" in text and "the measurement was not stored for calibration" in text
+
+
+def test_a_full_cache_disk_leaves_no_temporary_file(tmp_path, monkeypatch, platform, full_disk):
+    platform(LINUX_CPU)
+    cache = tmp_path / "full-cache"
+    monkeypatch.setenv("MLXFIT_CACHE_DIR", str(cache))
+    full_disk(cache)
+    folder = Path(small_request(tmp_path)["folder"])
+    args = ["probe", "--model", str(folder), "--num-layers", "-1", "--batch-size", "2", "--max-seq-length", "64", "--measure"]
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    note = json.loads(result.stdout)["note"]
+    stored = re.fullmatch(r"not stored for calibration: cannot write (\S+) \(No space left on device\)", note)
+    assert stored and Path(stored[1]).parent == cache / "measurements", note  # the file, not its temporary
+    assert [p for p in cache.rglob("*") if p.is_file()] == []  # no .<hash>.json.*.tmp, nor any other

@@ -226,6 +226,19 @@ def test_data_widest_batch_as_mlx_lm_lora_batches_it(tmp_path, tokenizer_folder)
     assert json.loads(out)["estimate"]["length"] == stats.widest
 
 
+@needs_rl
+def test_preference_data_not_in_utf8_is_one_line(tmp_path, tokenizer_folder):
+    folder = tmp_path / "m"
+    shutil.copytree(tokenizer_folder, folder)
+    (folder / "config.json").write_text(json.dumps(TINY["llama"]))
+    data = tmp_path / "train.jsonl"
+    data.write_bytes('{"prompt": "caf\xe9", "chosen": "a", "rejected": "b"}\n'.encode("latin-1"))
+    result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--train-mode", "dpo", "--data", str(data)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        f"Error: {data} is not UTF-8 text (byte 0xe9 at line 1, column 16): save it as UTF-8")
+
+
 # -- measured with mlx-lm-lora's trainers ---------------------------------------------------
 
 @needs_rl

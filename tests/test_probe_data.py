@@ -87,6 +87,15 @@ def test_malformed_data_line_is_named(tmp_path, model_with_tokenizer):
     assert result.exit_code != 0 and "line 2" in result.output and "Traceback" not in result.output
 
 
+def test_a_tokenizer_file_not_in_utf8_is_named_in_one_line(tmp_path, model_with_tokenizer, data_folder):
+    config = model_with_tokenizer / "tokenizer_config.json"
+    config.write_bytes(config.read_bytes().replace(b'"<unk>"', '"<unk\xe9>"'.encode("latin-1"), 1))
+    result = CliRunner().invoke(cli, ["probe", "--model", str(model_with_tokenizer), "--num-layers", "2",
+                                      "--data", str(data_folder)])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert result.output.startswith(f"Error: cannot load the tokenizer in {model_with_tokenizer}: {config} is not UTF-8 text (byte 0xe9")
+
+
 def test_missing_config_file():
     result = CliRunner().invoke(cli, ["probe", "-c", "/nonexistent/lora.yaml"])
     assert result.exit_code == 2 and "lora.yaml" in result.output

@@ -215,9 +215,13 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
                         log.append(row)
                         written += 1
                     except OSError as e:
+                        kept = written + resumed  # rows the file holds, whole
+                        where = (f"none of them could be written to {out}" if not kept else
+                                 f"the one written before stays in {out} for --resume" if kept == 1 else
+                                 f"the {kept} written before stay in {out} for --resume")
                         failed = (f"--out {out}: cannot write ({e.strerror or e}), so the sweep stopped after {len(rows)} of "
-                                  f"{len(planned)}; the rows above are every one measured, and the {written + resumed} "
-                                  f"written before stay in {out} for --resume" + (" (no plot drawn)" if plot else ""))
+                                  f"{len(planned)}; the rows above are every one measured, and {where}"
+                                  + (" (no plot drawn)" if plot else ""))
                         break
         except KeyboardInterrupt as e:
             interrupted = getattr(e, "exit_code", 130)  # 128 + the signal's number

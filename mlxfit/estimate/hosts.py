@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BadInput, MlxfitError
+from ..files import read_text
 from ..machine import Machine, PlatformReadings, build_machine
 from ..units import parse_bytes
 from .verdict import judge
@@ -39,10 +40,9 @@ class Host:
 
 
 def read_hostfile(path: Path, readings: PlatformReadings, reserve=None) -> list[Host]:
+    text = read_text(path, "hostfile")  # one line for a binary file or another encoding
     try:
-        data = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise MlxfitError(f"cannot read hostfile {path}: {e.strerror}") from e
+        data = json.loads(text)
     except json.JSONDecodeError as e:
         raise MlxfitError(f"hostfile {path} is not valid JSON: {e.msg.removesuffix(' at')} at line {e.lineno}") from e
     entries = data.get("hosts") if isinstance(data, dict) else data

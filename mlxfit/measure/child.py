@@ -266,13 +266,17 @@ def run(request: dict) -> None:
 
 
 def serve(run_request) -> None:
-    """What every measuring process speaks: one JSON request on stdin, JSON-line events
-    on the original stdout; whatever else is printed (mlx-lm's messages) goes to stderr."""
+    """What every measuring process speaks: one JSON request on the first line of stdin,
+    JSON-line events on the original stdout; whatever else is printed (mlx-lm's messages)
+    goes to stderr. Its stdin stays open while the parent lives: at its end the process
+    removes its folder and ends (mlxfit/measure/lifeline.py)."""
     global _OUT
+    from .lifeline import receive
+
     _OUT = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr
-    run_request(json.loads(sys.stdin.read()))
+    run_request(receive())
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ from dataclasses import replace
 
 from ..cache import cache_dir
 from ..errors import MlxfitError
+from ..files import write_atomically
 
 # What a miniature's widths become (keys absent from a config are left absent).
 WIDTHS = {
@@ -110,7 +111,8 @@ def _load() -> dict:
 def _save(counts: dict) -> None:
     try:
         _store().parent.mkdir(parents=True, exist_ok=True)
-        _store().write_text(json.dumps({**_load(), **counts}, indent=1, sort_keys=True))
+        text = json.dumps({**_load(), **counts}, indent=1, sort_keys=True)
+        write_atomically(_store(), lambda f: f.write(text.encode()))
     except OSError:
         pass  # a count not remembered is counted again next time
 

@@ -246,7 +246,9 @@ def run_child(
 ) -> dict:
     """Run the child on one request; return its "done" event or raise MeasurementFailed.
     `module`: the child (mlxfit/measure/preference_child.py for mlx-lm-lora's modes)."""
-    with tempfile.TemporaryDirectory(prefix="mlxfit-") as workdir:
+    from .lifeline import FOLDER
+
+    with tempfile.TemporaryDirectory(prefix="mlxfit-", ignore_cleanup_errors=True) as workdir:
         child = subprocess.Popen(
             [sys.executable, "-m", module],
             stdin=subprocess.PIPE,
@@ -254,7 +256,7 @@ def run_child(
             stderr=subprocess.PIPE,
             text=True,
             cwd=workdir,
-            env=child_environment(),
+            env={**child_environment(), FOLDER: workdir},
             start_new_session=True,  # Ctrl-C reaches us; we stop the child ourselves
             preexec_fn=_memory_cap(memory_cap) if memory_cap else None,
         )
@@ -265,8 +267,10 @@ def run_child(
             stderr_tail: deque = deque(maxlen=20)
             threading.Thread(target=_reader, args=(child.stdout, events), daemon=True).start()
             threading.Thread(target=_tail_reader, args=(child.stderr, stderr_tail), daemon=True).start()
-            child.stdin.write(json.dumps(request))
-            child.stdin.close()
+            # The request is one line; stdin then stays open as the child's lifeline: it
+            # ends with this process, however it ends (mlxfit/measure/lifeline.py).
+            child.stdin.write(json.dumps(request) + "\n")
+            child.stdin.flush()
 
             deadline = time.monotonic() + timeout if timeout else None
             watch = _RssWatch(child.pid)
@@ -299,6 +303,8 @@ def run_child(
             raise MeasurementInterrupted(
                 f"interrupted at step {last['step']}; the measuring process was stopped", kind="interrupted"
             ) from None
+        finally:
+            _close(child.stdin)  # on any other error here too: the child then ends by itself
         child.wait()
 
     if result is not None and result["event"] == "done":
@@ -349,6 +355,13 @@ def _failure_message(returncode: int, result: dict | None, last: dict, held: int
         )
     detail = stderr_tail[-1] if stderr_tail else "no output"
     return f"the measuring process exited with status {returncode} {where}: {detail}"
+
+
+def _close(stream) -> None:
+    try:
+        stream.close()
+    except OSError:  # the child ended before reading it all
+        pass
 
 
 def _stop(child: subprocess.Popen) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..errors import BadInput, MlxfitError
+from ..files import read_text
 
 APPROX_CHARS_PER_TOKEN = 4
 COUNTED_BY_TOKENIZER = "tokenizer"
@@ -460,10 +461,21 @@ def load_tokenizer(model, *, trust_remote_code: bool = False) -> TokenizerChoice
     try:
         return TokenizerChoice(_load_wrapped(folder, trust_remote_code), source)
     except Exception as e:  # transformers raises many types
-        reason = " ".join(str(e).split())[:300] or type(e).__name__
+        reason = _not_text(folder) or " ".join(str(e).split())[:300] or type(e).__name__
         if source != "model folder":
             return approximation(f"the tokenizer from the Hugging Face Hub did not load: {reason}")
         raise MlxfitError(f"cannot load the tokenizer in {folder}: {reason}") from e
+
+
+def _not_text(folder: Path) -> str | None:
+    """Which of the folder's JSON files is not UTF-8 text, and why (transformers'
+    error names no file); None when all are."""
+    for path in sorted(folder.glob("*.json")):
+        try:
+            read_text(path)
+        except MlxfitError as e:
+            return str(e)
+    return None
 
 
 def _tokenizer_folder(model) -> tuple[Path | None, str]:

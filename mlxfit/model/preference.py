@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..errors import BadInput, MlxfitError
+from ..files import read_text
 from .training import TrainingConfig
 
 MODES = ("sft", "dpo", "cpo", "orpo", "grpo")  # covered here; mlx-lm-lora has more
@@ -246,7 +247,7 @@ def read_data(data: str, run: PreferenceRun, choice) -> PreferenceData:
     if not file.is_file():
         raise BadInput(f"no training data at {file}")
     rows = []
-    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(read_text(file, error=BadInput).splitlines(), 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))

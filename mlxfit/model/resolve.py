@@ -12,7 +12,9 @@ from pathlib import Path
 
 from .. import data_text
 from ..errors import BadInput, MlxfitError
+from ..files import read_text
 from .architecture import Architecture, architecture_from_config
+from .bounds import check_bounds
 from .lazy_model import NotSizable, UnknownModelType, config_key, text_config
 from .weight_files import WeightFiles, cached_hub, fetch_hub, loaded_config, read_folder
 
@@ -174,6 +176,7 @@ def _from_config(model_id: str, source: str, config: dict, path=None, files: Wei
     the source of what the config states (SOURCES)."""
     if not isinstance(config, dict):
         raise MlxfitError(f"config.json of {model_id} is not a JSON object")
+    check_bounds(config)  # before anything is built: a config of 100,000 layers would take minutes
     bits, group_size, dtype = _storage(config)
     sources = {
         "dtype_source": stated if stated != "config" or _states_dtype(config) else "unstated",
@@ -300,12 +303,11 @@ def config_params(config: dict) -> int | None:
 
 
 def read_config_file(path: Path) -> dict:
+    text = read_text(path)  # one line for a binary file or another encoding
     try:
-        return json.loads(path.read_text())
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise MlxfitError(f"{path} is not valid JSON: {e.msg.removesuffix(' at')} at line {e.lineno}") from e
-    except OSError as e:
-        raise MlxfitError(f"cannot read {path}: {e.strerror}") from e
 
 
 def from_folder(folder: Path) -> ModelInfo:
@@ -366,10 +368,13 @@ def from_hub(repo_id: str) -> ModelInfo:
         return _from_hub_config(repo_id, Path(cached))
     from huggingface_hub import constants
 
-    if not constants.HF_HUB_OFFLINE and not _reachable(constants.ENDPOINT):
+    proxy = _proxy_for(constants.ENDPOINT)
+    if not constants.HF_HUB_OFFLINE and not _reachable(proxy or constants.ENDPOINT):
+        unreachable = (f"the proxy {proxy} (from the environment) cannot be reached" if proxy
+                       else f"{constants.ENDPOINT} cannot be reached (offline?)")
         raise MlxfitError(
             f"unknown model {repo_id!r}: not a local folder, not in the built-in catalog (`mlxfit models`), "
-            f"not in the Hugging Face cache, and {constants.ENDPOINT} cannot be reached (offline?)"
+            f"not in the Hugging Face cache, and {unreachable}"
         )
     try:
         with _quiet_hub():
@@ -377,14 +382,17 @@ def from_hub(repo_id: str) -> ModelInfo:
     except LocalEntryNotFoundError as e:
         raise MlxfitError(
             f"unknown model {repo_id!r}: not a local folder, not in the built-in catalog, "
-            "and its config.json is not in the Hugging Face cache (offline?)"
+            "and its config.json is not in the Hugging Face cache "
+            + ("(offline?)" if not proxy or constants.HF_HUB_OFFLINE
+               else f"nor could it be fetched through the proxy {proxy}: {_first_line(e)}")
         ) from e
     except RepositoryNotFoundError as e:
         raise MlxfitError(f"unknown model {repo_id!r}: no such repository on the Hugging Face Hub") from e
     except EntryNotFoundError as e:
         raise MlxfitError(f"{repo_id!r} on the Hugging Face Hub has no config.json") from e
     except Exception as e:  # network errors come in many types
-        raise MlxfitError(f"could not fetch config.json of {repo_id!r}: {e}") from e
+        through = f" through the proxy {proxy}" if proxy else ""
+        raise MlxfitError(f"could not fetch config.json of {repo_id!r}{through}: {_first_line(e)}") from e
     return _from_hub_config(repo_id, Path(path))
 
 
@@ -408,7 +416,7 @@ def hub_weight_files(repo_id: str, revision: str | None) -> tuple[WeightFiles | 
 
     if constants.HF_HUB_OFFLINE:
         return None, "offline (HF_HUB_OFFLINE): the weight files' headers are not in mlxfit's cache"
-    if not _reachable(constants.ENDPOINT):
+    if not _reachable(_proxy_for(constants.ENDPOINT) or constants.ENDPOINT):
         return None, f"{constants.ENDPOINT} cannot be reached: the weight files' headers could not be fetched"
     try:
         with _quiet_hub():
@@ -438,7 +446,7 @@ def fetch_tokenizer(repo_id: str) -> tuple[Path | None, str]:
         return None, "huggingface_hub is missing"
     if constants.HF_HUB_OFFLINE:
         return None, f"the tokenizer of {repo_id} is not in the Hugging Face cache, and HF_HUB_OFFLINE is set"
-    if not _reachable(constants.ENDPOINT):
+    if not _reachable(_proxy_for(constants.ENDPOINT) or constants.ENDPOINT):
         return None, f"the tokenizer of {repo_id} is not in the Hugging Face cache, and {constants.ENDPOINT} cannot be reached"
 
     def fetch(name: str) -> Path | None:
@@ -465,19 +473,42 @@ def fetch_tokenizer(repo_id: str) -> tuple[Path | None, str]:
     return tokenizer.parent, "fetched from the Hugging Face Hub"
 
 
-def _reachable(endpoint: str, timeout: float = HUB_TIMEOUT_S) -> bool:
-    """Can a connection to the hub be opened at all? (huggingface_hub retries a
-    failed lookup five times, 8 s apart, before it gives up.)"""
+def _reachable(url: str, timeout: float = HUB_TIMEOUT_S) -> bool:
+    """Can a connection to the hub, or to the proxy that leads to it, be opened at all?
+    (huggingface_hub retries a failed lookup five times, 8 s apart, before it gives up.)"""
     import socket
     from urllib.parse import urlparse
 
-    parsed = urlparse(endpoint)
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    parsed = urlparse(url)
+    port = parsed.port or {"https": 443, "socks5": 1080, "socks5h": 1080}.get(parsed.scheme, 80)
     try:
         socket.create_connection((parsed.hostname, port), timeout=timeout).close()
         return True
     except (OSError, ValueError):
         return False
+
+
+def _proxy_for(url: str) -> str | None:
+    """The proxy that huggingface_hub's HTTP client (httpx or requests) takes from the
+    environment for `url`: HTTPS_PROXY or HTTP_PROXY by its scheme, else ALL_PROXY, unless
+    NO_PROXY names its host, as urllib reads them (credentials left out); None for a
+    direct connection."""
+    from urllib.parse import urlparse
+    from urllib.request import getproxies, proxy_bypass
+
+    parsed = urlparse(url)
+    proxies = getproxies()
+    proxy = proxies.get(parsed.scheme) or proxies.get("all")
+    if not proxy or not parsed.hostname or proxy_bypass(parsed.hostname):
+        return None
+    shown = urlparse(proxy if "://" in proxy else f"http://{proxy}")
+    # As it is named in messages: without a user name and password.
+    return shown._replace(netloc=shown.netloc.rpartition("@")[2]).geturl()
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
 
 
 @contextmanager

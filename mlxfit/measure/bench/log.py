@@ -4,10 +4,12 @@ one at a time and read back for --resume (a file of results, not terminal output
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import MlxfitError
+from ...files import read_text
 from ...model.training import TrainingConfig
 
 # On and off in the words --grad-checkpoint takes; a CSV row's on/off is read back by it too.
@@ -160,11 +162,14 @@ class CsvLog:
         self.row = row  # Row, or a kind with more columns (preference.PreferenceRow)
         self.columns = row.columns
 
+    def _text(self) -> str:
+        """The log as text; one line naming it if it cannot be read or is not UTF-8 text."""
+        return read_text(self.path, "--out file")
+
     def _header(self) -> list[str] | None:
         if not self.path.exists() or self.path.stat().st_size == 0:
             return None
-        with self.path.open(newline="") as f:
-            return next(csv.reader(f), None)
+        return next(csv.reader(io.StringIO(self._text(), newline="")), None)
 
     def check(self) -> None:
         header = self._header()
@@ -183,19 +188,16 @@ class CsvLog:
         if self._header() is None:
             return []
         rows = []
-        with self.path.open(newline="") as f:
-            for record in csv.DictReader(f):
-                try:
-                    rows.append(self.row.from_csv(record))
-                except (ValueError, KeyError, TypeError, AttributeError, MlxfitError):
-                    continue  # a row cut off by a kill, or edited by hand
+        for record in csv.DictReader(io.StringIO(self._text(), newline="")):
+            try:
+                rows.append(self.row.from_csv(record))
+            except (ValueError, KeyError, TypeError, AttributeError, MlxfitError):
+                continue  # a row cut off by a kill, or edited by hand
         return rows
 
     def append(self, row: Row) -> None:
         """Add one row. The file is written anew beside itself and renamed over
         (mlxfit/files.py), so a full disk leaves the rows before it whole."""
-        import io
-
         from ...files import write_atomically
 
         self.check()
