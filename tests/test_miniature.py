@@ -216,7 +216,9 @@ def test_the_shipped_counts_are_the_shapes_a_default_probe_counts():
 @needs_rl
 def test_a_shipped_count_is_what_the_miniature_counts_here():
     """The command's count, made again for one shape of a small catalog model, equals the
-    shipped one (MLX's CPU peak moves by some tens of kB from run to run: +-0.03 buffers)."""
+    shipped one, to the miniature's own repeatability: MLX frees buffers on its stream's
+    thread, so the peak moves with timing (Qwen3-0.6B DPO: 9.497 and 9.513 buffers in two
+    counts; with --grad-checkpoint 9.776 and 9.505)."""
     from mlxfit.cli import ship_counts
 
     model_id = "meta-llama/Llama-3.2-1B-Instruct"  # 16 blocks: the cheapest shipped model to count
@@ -226,7 +228,7 @@ def test_a_shipped_count_is_what_the_miniature_counts_here():
     item = (model, pref.resolve_run("orpo", {}, {}), 2048)
     key = miniature._keys([item])[0]
     counted = ship_counts.count([item])
-    assert counted[key] == pytest.approx(_shipped_here()[model_id][key], abs=0.1)
+    assert counted[key] == pytest.approx(_shipped_here()[model_id][key], rel=0.05)
 
 
 @needs_rl
