@@ -181,12 +181,12 @@ def test_a_count_says_how_long_it_will_take_before_it_starts(monkeypatch):
     model = resolve_model("Qwen/Qwen3-0.6B")  # 28 blocks: 2 miniatures
     run = pref.resolve_run("orpo", {}, {})
     miniature._count({"k": (model, run, 512)}, events.append)
-    expected = miniature.START_SECONDS + miniature.SECONDS_PER_BLOCK * 2 * 28
+    expected = miniature.START_SECONDS + 2 * miniature.SECONDS_PER_MINIATURE + miniature.SECONDS_PER_BLOCK * 2 * 28
     assert started == [1]  # said before the child started
     assert events[0]["stage"] == f"counting logits buffers on 2 miniatures of the model (about {expected:.0f} s, once per shape)"
     assert events[1]["stage"].endswith(f"(1 of 2), about {expected:.0f} s in all")
-    # This machine's own rate, remembered from the count just made (a few milliseconds here).
-    assert miniature.expected_seconds([28, 28]) == pytest.approx(miniature.START_SECONDS, abs=0.5)
+    # This machine's own speed, remembered from the count just made (a few milliseconds here).
+    assert miniature.expected_seconds([28, 28]) < 1
 
 
 def _shipped_here() -> dict:

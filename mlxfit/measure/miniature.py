@@ -47,11 +47,12 @@ VOCABS = (8192, 16384)  # large against the widths, so that the loss is the peak
 # full ORPO fine-tune's count 6.7 instead of 3.3).
 LENGTH = 128
 SECONDS_EACH = 20  # a miniature takes 1-3 s here (2 CPU cores): its child is stopped well before this
-# Said before a count starts: the child's start, then each miniature's two steps in
-# proportion to its depth (here, 2 CPU cores: 33 s for 8 miniatures of 28 blocks),
-# until this machine's own rate is remembered.
+# Said before a count starts: the child's start, each miniature's build, then its two
+# steps in proportion to its depth (here, 2 CPU cores: 33 s for 8 miniatures of 28
+# blocks, 10 s for 4 of 4 blocks), scaled by how long this machine's last count took.
 START_SECONDS = 3.0
-SECONDS_PER_BLOCK = 0.13
+SECONDS_PER_MINIATURE = 1.0
+SECONDS_PER_BLOCK = 0.1
 OFF = "MLXFIT_MINIATURES"  # "0": no miniatures, the fitted count (the tests' default)
 _remembered: dict = {}
 
@@ -138,20 +139,24 @@ def _save(counts: dict) -> None:
         pass  # a count not remembered is counted again next time
 
 
+def _project_seconds(blocks: list[int]) -> float:
+    return START_SECONDS + SECONDS_PER_MINIATURE * len(blocks) + SECONDS_PER_BLOCK * sum(blocks)
+
+
 def expected_seconds(blocks: list[int]) -> float:
-    """How long counting miniatures of these depths takes here: this machine's rate
-    from its last count, else the one measured on the project's machine."""
+    """How long counting miniatures of these depths takes here: as on the project's
+    machine, times how much slower this one's last count was."""
     try:
-        rate = float(json.loads(_rate_store().read_text())["seconds_per_block"])
+        slower = float(json.loads(_rate_store().read_text())["slower"])
     except (OSError, ValueError, KeyError, TypeError):
-        rate = SECONDS_PER_BLOCK
-    return START_SECONDS + rate * sum(blocks)
+        slower = 1.0
+    return _project_seconds(blocks) * slower
 
 
 def _remember_rate(seconds: float, blocks: list[int]) -> None:
     try:
         _rate_store().parent.mkdir(parents=True, exist_ok=True)
-        _rate_store().write_text(json.dumps({"seconds_per_block": max(seconds - START_SECONDS, 0.0) / sum(blocks)}))
+        _rate_store().write_text(json.dumps({"slower": seconds / _project_seconds(blocks)}))
     except OSError:
         pass
 
