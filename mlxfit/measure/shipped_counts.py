@@ -18,6 +18,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from ..files import write_atomically
+
 SHIPPED = Path(__file__).resolve().parent.parent / "data" / "miniature_counts.json"
 REGENERATE = "python -m mlxfit.cli.ship_counts --write"
 USE_SHIPPED = True  # off while they are generated (and in tests that count)
@@ -67,7 +69,8 @@ def write(model_counts: dict, recipe: str, path: Path | None = None, replace_all
     found = {} if not path.exists() else json.loads(path.read_text())
     mine = {} if replace_all else found.get(section(recipe), {})
     found[section(recipe)] = dict(sorted({**mine, **model_counts}.items()))
-    path.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+    text = json.dumps(found, indent=1, sort_keys=True) + "\n"
+    write_atomically(path, lambda f: f.write(text.encode()))  # a stopped count leaves the file whole
     read.cache_clear()
     _flat.cache_clear()
     return path.stat().st_size
