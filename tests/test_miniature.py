@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from mlxfit.estimate import preference as est
-from mlxfit.measure import miniature
+from mlxfit.measure import miniature, shipped_counts
 from mlxfit.model import preference as pref
 from mlxfit.model.resolve import _from_config, resolve_model
 
@@ -21,6 +21,12 @@ needs_rl = pytest.mark.skipif(not pref.installed(), reason="mlx-lm-lora is not i
 LLAMA = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 8,
          "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 8192, "rms_norm_eps": 1e-5,
          "tie_word_embeddings": True}
+
+
+@pytest.fixture(autouse=True)
+def nothing_shipped(monkeypatch):
+    """These tests count (or fake counting): the catalog's shipped counts would answer first."""
+    monkeypatch.setattr(shipped_counts, "USE_SHIPPED", False)
 
 
 @pytest.fixture
@@ -183,3 +189,121 @@ def test_ctrl_c_while_counting_says_what_it_stopped(miniatures_on, monkeypatch, 
     text = " ".join(result.output.split())
     assert re.search(r"interrupted while counting the preference step.s logits buffers on \d+ miniatures of the model", text)
     assert "before any measurement" in text and "at step 0" not in text and "measuring process" not in text
+
+
+def test_a_count_says_how_long_it_will_take_before_it_starts(monkeypatch):
+    """Another model's miniatures take tens of seconds: the first event says about how
+    long, from the project machine's rate, then from this machine's own last count."""
+    from mlxfit.measure import parent
+
+    events, started = [], []
+
+    def fake_child(request, timeout, on_event, module):
+        started.append(len(events))
+        for i, _ in enumerate(request["miniatures"]):
+            on_event({"event": "stage", "stage": f"counting logits buffers on miniatures of the model ({i + 1} of 2)"})
+            on_event({"event": "miniature", "index": i, "peak_bytes": 10**8 * (i + 1)})
+        return {"event": "done"}
+
+    monkeypatch.setattr(parent, "run_child", fake_child)
+    model = resolve_model("Qwen/Qwen3-0.6B")  # 28 blocks: 2 miniatures
+    run = pref.resolve_run("orpo", {}, {})
+    miniature._count({"k": (model, run, 512)}, events.append)
+    expected = miniature.START_SECONDS + 2 * miniature.SECONDS_PER_MINIATURE + miniature.SECONDS_PER_BLOCK * 2 * 28
+    assert started == [1]  # said before the child started
+    assert events[0]["stage"] == f"counting logits buffers on 2 miniatures of the model (about {expected:.0f} s, once per shape)"
+    assert events[1]["stage"].endswith(f"(1 of 2), about {expected:.0f} s in all")
+    # This machine's own speed, remembered from the count just made (a few milliseconds here).
+    assert miniature.expected_seconds([28, 28]) < 1
+
+
+def _shipped_here() -> dict:
+    """This device's and these versions' shipped counts, {model id: {key: count}}."""
+    here = shipped_counts.section(miniature.recipe())
+    section = shipped_counts.read().get(here)
+    if not section:
+        pytest.skip(f"no counts shipped for {here} (`{shipped_counts.REGENERATE}` ships them)")
+    return section
+
+
+def test_the_shipped_counts_are_the_shapes_a_default_probe_counts():
+    """Every shipped model is a catalog model, and its counts are those of the shapes a
+    default DPO, CPO and ORPO probe of it counts (a change to the shape key or the plan's
+    single changes leaves them unused: regenerate). A model whose miniature mlx-lm cannot
+    build here (LFM2) has none: its probe runs no child either."""
+    from mlxfit.cli import ship_counts
+    from mlxfit.model.resolve import catalog
+
+    ids = {model_id for model_id, _ in catalog().values()}
+    wanted = {}
+    for model_id, counts in _shipped_here().items():
+        assert model_id in ids
+        wanted[model_id] = {k for k in miniature._keys(ship_counts.wanted(resolve_model(model_id))) if k}
+        assert set(counts) <= wanted[model_id], f"stale: `{shipped_counts.REGENERATE} {model_id}`"
+        assert all(c > 0 for c in counts.values())
+    assert len(wanted["Qwen/Qwen3-0.6B"]) == 9 and set(_shipped_here()["Qwen/Qwen3-0.6B"]) == wanted["Qwen/Qwen3-0.6B"]
+
+
+@needs_rl
+def test_a_shipped_count_is_what_the_miniature_counts_here():
+    """The command's count, made again for one shape of a small catalog model, equals the
+    shipped one, to the miniature's own repeatability: MLX frees buffers on its stream's
+    thread, so the peak moves with timing (Qwen3-0.6B DPO: 9.497 and 9.513 buffers in two
+    counts; with --grad-checkpoint 9.776 and 9.505)."""
+    from mlxfit.cli import ship_counts
+
+    model_id = "meta-llama/Llama-3.2-1B-Instruct"  # 16 blocks: the cheapest shipped model to count
+    if model_id not in _shipped_here():
+        pytest.skip(f"{model_id} has no shipped counts")
+    model = resolve_model(model_id)
+    item = (model, pref.resolve_run("orpo", {}, {}), 2048)
+    key = miniature._keys([item])[0]
+    counted = ship_counts.count([item])
+    assert counted[key] == pytest.approx(_shipped_here()[model_id][key], rel=0.05)
+
+
+@needs_rl
+def test_a_first_preference_probe_of_a_catalog_model_runs_no_miniature(monkeypatch):
+    """An empty cache, miniatures on: the shipped counts answer a default DPO, CPO and
+    ORPO probe of Qwen3-0.6B (and its plan's single changes) without a child process."""
+    from click.testing import CliRunner
+
+    from mlxfit.cli.main import cli
+    from mlxfit.measure import parent
+
+    monkeypatch.setattr(shipped_counts, "USE_SHIPPED", True)
+    shipped = _shipped_here().get("Qwen/Qwen3-0.6B")
+    if not shipped:
+        pytest.skip("Qwen/Qwen3-0.6B has no shipped counts")
+    monkeypatch.setenv(miniature.OFF, "1")
+    monkeypatch.setattr(miniature, "_remembered", {})
+    monkeypatch.setattr(parent, "run_child", lambda *a, **k: pytest.fail("a miniature ran"))
+    model = resolve_model("Qwen/Qwen3-0.6B")
+    for mode in ("dpo", "cpo", "orpo"):
+        result = CliRunner().invoke(cli, ["probe", "Qwen/Qwen3-0.6B", "--train-mode", mode, "--memory", "16GB", "--json"])
+        assert result.exit_code == 0, result.output
+        answer = json.loads(result.output)
+        key = miniature._keys([(model, pref.resolve_run(mode, {}, {}), 2048)])[0]
+        # Qwen3-1.7B's miniature has the same shape: either model's count may answer.
+        assert answer["estimate"]["logits_buffers_counted"] == shipped_counts.counts(miniature.recipe())[key]
+        assert answer["estimate"]["logits_buffers_counted"] == pytest.approx(shipped[key], rel=0.05)
+    assert not (miniature.cache_dir() / "miniature_counts.json").exists()  # nothing counted, nothing stored
+
+
+def test_shipped_counts_of_other_versions_are_not_used(monkeypatch, tmp_path):
+    """A section counted under another device or other versions stays unused."""
+    path = tmp_path / "counts.json"
+    monkeypatch.setattr(shipped_counts, "SHIPPED", path)
+    monkeypatch.setattr(shipped_counts, "USE_SHIPPED", True)
+    shipped_counts.read.cache_clear()
+    shipped_counts._flat.cache_clear()
+    try:
+        path.write_text(json.dumps({"Device(gpu, 0) mlx 0.1 mlx-lm 0.1 mlx-lm-lora 0.1 recipe x": {"m": {"abc": 9.5}}}))
+        assert shipped_counts.counts(miniature.recipe()) == {}
+        shipped_counts.write({"m": {"abc": 7.0}}, miniature.recipe(), path)
+        assert shipped_counts.counts(miniature.recipe()) == {"abc": 7.0}
+        assert shipped_counts.counts("another recipe") == {}
+        assert len(json.loads(path.read_text())) == 2  # the other section kept
+    finally:
+        shipped_counts.read.cache_clear()
+        shipped_counts._flat.cache_clear()

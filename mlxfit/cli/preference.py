@@ -23,7 +23,7 @@ def preference_options(fn=None, *, sweep: bool = False):
         completion = click.option("--max-completion-length", type=click.IntRange(min=1), help=f"GRPO: longest completion in tokens [default: {d['max_completion_length']}].")
         prompt = "GRPO: longest prompt in tokens [default: from --data, else 256, said so]."
     options = [
-        click.option("--train-mode", type=click.Choice(MODES), help="sft (mlx_lm.lora), or dpo, cpo, orpo, grpo as mlx_lm_lora.train runs them [default: sft]. DPO, CPO and ORPO count their logits by running the step on a miniature of the model (a few seconds, once per shape; MLXFIT_MINIATURES=0: off)."),
+        click.option("--train-mode", type=click.Choice(MODES), help="sft (mlx_lm.lora), or dpo, cpo, orpo, grpo as mlx_lm_lora.train runs them [default: sft]. DPO, CPO and ORPO count their logits by running the step on a miniature of the model: shipped with mlxfit for catalog models at mlx-lm-lora's defaults, else counted the first time (then remembered): tens of seconds, 33 s for a 28-block model's DPO on a 2-core CPU, said before it starts (MLXFIT_MINIATURES=0: off)."),
         click.option("--beta", type=float, help=f"mlx-lm-lora's beta (GRPO: 0 skips the reference's forward pass) [default: {d['beta']}]."),
         click.option("--reference-model-path", metavar="MODEL", help="DPO, GRPO: the reference model [default: a second copy of --model]."),
         completion,

@@ -14,7 +14,8 @@ The order depends on the graph, not on its sizes. A miniature keeps what shapes
 the graph (the model type and dtype, its depth, the adapted layers, the mode,
 checkpointing, compilation) and shrinks every width; its peak at two vocabulary sizes,
 less the weights that grow with the vocabulary, gives the count. The counts are
-remembered per graph shape (mlxfit's cache folder) and with the MLX version.
+remembered per graph shape (mlxfit's cache folder) and with the MLX version; the
+catalog's ship with mlxfit (mlxfit/measure/shipped_counts.py).
 
 Without mlx-lm-lora (the rl extra), for a chunked run (--efficient-long-context),
 or for a model whose miniature mlx-lm cannot build, there is no count: the estimate keeps its fitted one and a wider range.
@@ -25,11 +26,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import replace
 
 from ..cache import cache_dir
 from ..errors import MlxfitError
 from ..files import write_atomically
+from ..units import format_seconds
 
 # What a miniature's widths become (keys absent from a config are left absent).
 WIDTHS = {
@@ -45,6 +48,12 @@ VOCABS = (8192, 16384)  # large against the widths, so that the loss is the peak
 # full ORPO fine-tune's count 6.7 instead of 3.3).
 LENGTH = 128
 SECONDS_EACH = 20  # a miniature takes 1-3 s here (2 CPU cores): its child is stopped well before this
+# Said before a count starts: the child's start, each miniature's build, then its two
+# steps in proportion to its depth (here, 2 CPU cores: 33 s for 8 miniatures of 28
+# blocks, 10 s for 4 of 4 blocks), scaled by how long this machine's last count took.
+START_SECONDS = 3.0
+SECONDS_PER_MINIATURE = 1.0
+SECONDS_PER_BLOCK = 0.1
 OFF = "MLXFIT_MINIATURES"  # "0": no miniatures, the fitted count (the tests' default)
 _remembered: dict = {}
 
@@ -101,6 +110,21 @@ def _store():
     return cache_dir() / "miniature_counts.json"
 
 
+def _rate_store():
+    return cache_dir() / "miniature_seconds.json"
+
+
+def recipe() -> str:
+    """What makes a miniature, as a digest: shipped counts are used only under the same."""
+    return hashlib.sha256(json.dumps([WIDTHS, VOCABS, LENGTH], sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _known() -> dict:
+    from .shipped_counts import counts
+
+    return {**counts(recipe()), **_load(), **_remembered}
+
+
 def _load() -> dict:
     try:
         return json.loads(_store().read_text())
@@ -115,6 +139,28 @@ def _save(counts: dict) -> None:
         write_atomically(_store(), lambda f: f.write(text.encode()))
     except OSError:
         pass  # a count not remembered is counted again next time
+
+
+def _project_seconds(blocks: list[int]) -> float:
+    return START_SECONDS + SECONDS_PER_MINIATURE * len(blocks) + SECONDS_PER_BLOCK * sum(blocks)
+
+
+def expected_seconds(blocks: list[int]) -> float:
+    """How long counting miniatures of these depths takes here: as on the project's
+    machine, times how much slower this one's last count was."""
+    try:
+        slower = float(json.loads(_rate_store().read_text())["slower"])
+    except (OSError, ValueError, KeyError, TypeError):
+        slower = 1.0
+    return _project_seconds(blocks) * slower
+
+
+def _remember_rate(seconds: float, blocks: list[int]) -> None:
+    try:
+        _rate_store().parent.mkdir(parents=True, exist_ok=True)
+        _rate_store().write_text(json.dumps({"slower": seconds / _project_seconds(blocks)}))
+    except OSError:
+        pass
 
 
 def logits_buffers(model, run, length: int, count_new: bool = True) -> float | None:
@@ -141,7 +187,7 @@ def uncounted(items: list) -> bool:
     """Whether logits_buffers_many would run miniatures for these (model, run, length)."""
     if not enabled():
         return False
-    known = {**_load(), **_remembered}
+    known = _known()
     return any(k and k not in known for k in _keys(items))
 
 
@@ -151,7 +197,7 @@ def logits_buffers_many(items: list, on_event=lambda e: None, count_new: bool = 
     if not enabled():
         return [None] * len(items)
     keys = _keys(items)
-    known = {**_load(), **_remembered}
+    known = _known()
     todo = {}
     for key, (model, run, length) in zip(keys, items):
         if key and key not in known and key not in todo:
@@ -171,7 +217,7 @@ def _count(todo: dict, on_event) -> dict:
     from .parent import MeasurementFailed, MeasurementInterrupted, run_child, stopping_children
     from .preference import request_for
 
-    requests, plans = [], []
+    requests, plans, blocks = [], [], []
     for key, (model, run, _) in todo.items():
         small = miniature_run(run)
         try:
@@ -189,21 +235,29 @@ def _count(todo: dict, on_event) -> dict:
             plans.append((key, None))
             continue
         requests += [request_for(mini, small, LENGTH, None, 2) for mini in minis]
+        blocks += [mini.architecture.num_layers for mini in minis]
         plans.append((key, sized))
     counts, seen = {}, {}
+    said = f"about {format_seconds(expected_seconds(blocks))}" if blocks else ""
 
     def event(e):
         if e.get("event") == "miniature":
             seen[e["index"]] = e["peak_bytes"]
+        elif e.get("event") == "stage" and e["stage"].startswith("counting"):
+            e = {**e, "stage": f"{e['stage']}, {said} in all"}
         elif e.get("event") == "done":
             e = {"event": "stage", "stage": f"logits buffers counted on {len(requests)} miniatures of the model"}
         on_event(e)
 
     try:
         if requests:
+            on_event({"event": "stage", "stage": f"counting logits buffers on {len(requests)} miniatures of the model "
+                                                 f"({said}, once per shape)"})
+            tic = time.monotonic()
             with stopping_children():  # whoever called: a signal stops the child first
                 run_child({"miniatures": requests}, SECONDS_EACH * (len(requests) + 2), event,
                           module="mlxfit.measure.preference_child")
+            _remember_rate(time.monotonic() - tic, blocks)
     except MeasurementInterrupted as e:  # a signal ends the command, not just the count: said as what it stopped
         stopped = MeasurementInterrupted(f"interrupted while counting the preference step's logits buffers on "
                                          f"{len(requests)} miniatures of the model, before any measurement; "
