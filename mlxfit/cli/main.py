@@ -94,11 +94,12 @@ def _default(name):
 @click.option("--force", is_flag=True, help="Measure the whole run even when the estimate says it does not fit.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds before a measurement is stopped.")
 @click.option("--steps", type=click.IntRange(min=3), default=6, show_default=True, help="Most steps to measure; stops earlier once the peak has held for two steps.")
+@click.option("-v", "--verbose", is_flag=True, help="The whole answer: each estimate's parts and bars, the rule of thumb, the alternatives and each change alone (--json always has them).")
 @preference_options
 @machine_options
 @json_option
 @handle_errors
-def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trust_remote_code, hostfile, backend, do_measure, by_slice, force, timeout, steps, memory, gpu_memory, reserve, json_, **training_flags):
+def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trust_remote_code, hostfile, backend, do_measure, by_slice, force, timeout, steps, verbose, memory, gpu_memory, reserve, json_, **training_flags):
     """Will LoRA, QLoRA and full fine-tuning of MODEL fit? What to change if not.
 
     MODEL may be given as the argument or as --model (which wins when both are).
@@ -110,8 +111,13 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     measured peak beside the prediction.
 
     \b
+    The answer leads with each method's verdict and the plan; -v adds each
+    estimate's parts, the rule of thumb and every change.
+
+    \b
     Example:
       mlxfit probe Qwen/Qwen2.5-7B-Instruct --memory 16GB --batch-size 2
+      mlxfit probe Qwen/Qwen3-4B --memory 16GiB -v   # the whole answer
     """
     from .. import answer as answers
     from ..model.runconfig import one_model
@@ -133,7 +139,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     else:  # mlx-lm-lora's dpo, cpo, orpo, grpo
         preference.refuse_sft_flags(mode, method is not None, training_flags.get("bits") is not None)
         return preference.probe(model_spec, config_path, data, training_flags, pref, get_machine(memory, gpu_memory, reserve),
-                                backend, do_measure, timeout, steps, json_, reserve)
+                                backend, do_measure, timeout, steps, json_, reserve, verbose=verbose)
     if json_:
         progress = answers.Silent()
     else:
@@ -151,7 +157,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     else:
         from ..render.probe import render_answer
 
-        render_answer(answer)
+        render_answer(answer, verbose=verbose)
 
 
 @cli.command()

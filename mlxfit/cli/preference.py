@@ -72,7 +72,7 @@ def refuse_sft_flags(mode: str, method_given: bool, bits_given: bool) -> None:
 
 
 def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machine, backend, do_measure, timeout, steps,
-          json_, reserve=None):
+          json_, reserve=None, verbose=False):
     """Call mlxfit.answer_preference.probe and print its answer (JSON or text)."""
     from .. import answer_preference
     from ..answer import Silent
@@ -93,4 +93,4 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
         from ..render.preference import render
 
         a = answer
-        render(a.model, a.run, a.estimate, a.usable_bytes, a.plans, a.stats, a.measured, notes=a.notes)
+        render(a.model, a.run, a.estimate, a.usable_bytes, a.plans, a.stats, a.measured, notes=a.notes, verbose=verbose)

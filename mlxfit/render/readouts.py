@@ -7,7 +7,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..estimate.plan import FitsTable
+from ..estimate.plan import STAND_IN_RULE, FitsTable
 from ..estimate.rule import METHOD_LABELS
 from ..units import format_count, format_gb, format_size
 from .memory import machine_fields, print_warnings
@@ -46,7 +46,7 @@ def render_fits(table_data: FitsTable) -> None:
         print_hanging(
             f"[dim]At batch {t.batch_size} × {tokens(t.max_seq_length)}, {layers}, rank {t.rank}"
             f"{', grad checkpoint' if t.grad_checkpoint else ''}, {t.optimizer} ({settings_words(t)}), "
-            f"{first.backend} backend; ✓ fits (the range's high end within the budget), ! tight (the budget inside "
+            f"{first.backend} backend; each size stands for the catalog's {STAND_IN_RULE}; ✓ fits (the range's high end within the budget), ! tight (the budget inside "
             "the range), ✗ does not fit. Without --data mlx-lm pads each batch only to its longest example: give "
             "--max-seq-length your examples' length here, or probe a model with --data for a plan.[/]",
             indent=0,
