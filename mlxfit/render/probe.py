@@ -566,8 +566,7 @@ def render_verdicts(plan: Plan, longest=()) -> None:
     gap = rule_gap(plan)
     fits = {f.method: f for f in longest}
     if plan.model.architecture is None:
-        console.print(f"[bold]By the rule of thumb[/] (no architecture: batch and length not counted), "
-                      f"against the {usable} budget:")
+        console.print(f"[bold]By the rule of thumb[/] (batch and length not counted), against the {usable} budget:")
     elif fits:
         console.print(f"[bold]At batch {training.batch_size}, the longest examples that fit the {usable} budget:[/]")
     elif plan.length is not None:
@@ -591,8 +590,9 @@ def render_verdicts(plan: Plan, longest=()) -> None:
     elif gap:
         notes.append(f"The estimate is {gap[0]}.")
     for e in plan.estimates:
-        if e.sized_on:
-            notes.append(f"[yellow]¹ {method_label(e.method, plan.training)}[/] is sized on {e.sized_on}")
+        if e.sized_on:  # the first clause: where it was sized; -v says why mlx-lm cannot
+            notes.append(f"[yellow]¹ {method_label(e.method, plan.training)}[/] is sized on "
+                         f"{e.sized_on.split(':')[0]}, which mlx-lm cannot fully fine-tune")
     stand = "; the other rows stand" if any(not e.cannot for e in plan.estimates) else ""
     reasons: dict[str, list[str]] = {}
     for e in plan.estimates:
@@ -613,6 +613,9 @@ def render_brief_remedies(plan: Plan) -> None:
         render_option(best)
         if plan.model.quantized and plan.training.fine_tune_type == "full":
             print_hanging(f"[dim]Full fine-tuning itself needs the 16-bit base: {FULL_ON_QUANTIZED_REMEDY}.[/]", indent=0)
+    elif plan.model.architecture is not None and all(e.cannot for e in plan.estimates):
+        print_hanging("[bold]mlx-lm builds this model (its parameters are counted from it) but cannot train it by "
+                      "any method, so nothing is sized.[/]", indent=0)
     elif plan.selected.cannot:
         label = method_label(plan.selected.method, plan.training)
         print_hanging(f"[bold]mlx-lm cannot run {label} on this model[/]"
