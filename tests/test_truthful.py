@@ -145,12 +145,13 @@ def test_output_to_a_full_disk_is_one_line(json_):
 
 
 def test_an_unknown_model_type_is_not_called_a_bare_size_nor_its_reference_of_this_size(model_folder):
-    text = words(invoke("probe", "--model", str(model_folder({**LLAMA, "model_type": "notamodel"})), "-v").output)
+    unknown = str(model_folder({**LLAMA, "model_type": "notamodel"}))
+    text = words(invoke("probe", "--model", unknown, "-v").output)
     assert "A bare size" not in text and "mlx-lm cannot build this model here" in text
     assert "A real model of this size" not in text
     # a tiny model: no Qwen2.5 or Llama 3 within 1.5×, so the catalog's nearest stands for it, said as such
     assert "The catalog model nearest in size, LiquidAI/LFM2-350M (354M, against this one's" in text
-    first = words(invoke("probe", "--model", str(model_folder({**LLAMA, "model_type": "notamodel"}))).output)
+    first = words(invoke("probe", "--model", unknown).output)
     assert "A bare size" not in first and "mlx-lm cannot build this model here" in first
     sized = words(invoke("probe", "7B", "-v").output)
     assert "A bare size has no architecture" in sized and "A real model of this size, Qwen/Qwen2.5-7B-Instruct" in sized
