@@ -566,7 +566,10 @@ def render_verdicts(plan: Plan, longest=()) -> None:
     gap = rule_gap(plan)
     fits = {f.method: f for f in longest}
     if plan.model.architecture is None:
-        console.print(f"[bold]By the rule of thumb[/] (batch and length not counted), against the {usable} budget:")
+        why = ("mlx-lm cannot build this model here, the note below says why" if plan.model.rule_only_reason
+               else "a bare size has no architecture")
+        print_hanging(f"[bold]By the rule of thumb[/] ({why}; batch and length not counted), against the {usable} "
+                      "budget:", indent=2)
     elif fits:
         console.print(f"[bold]At batch {training.batch_size}, the longest examples that fit the {usable} budget:[/]")
     elif plan.length is not None:
