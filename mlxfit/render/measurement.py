@@ -64,7 +64,7 @@ def render_comparison(comparison, verbose: bool = True) -> None:
             f"[bold]Measured[/] on the {m.backend} backend, {how} in {m.seconds:.1f} s: "
             f"{format_size(m.peak_with_load_bytes)} peak with load{' (extrapolated)' if m.method == 'slice' else ''}, "
             f"predicted {format_size(comparison.predicted_bytes)} (error {comparison.error_pct:+.1f}%); "
-            f"measured verdict [{style}]{judged['verdict']}[/] against the {format_gb(comparison.usable_bytes)} budget",
+            f"measured verdict [{style}]{judged['verdict']}[/] against the {format_size(comparison.usable_bytes)} budget",
         )
         if comparison.note:
             print_hanging(f"[yellow]Note[/]     the measurement was {comparison.note}")
