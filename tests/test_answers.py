@@ -116,7 +116,7 @@ def test_with_data_the_cut_keeps_the_long_tail():
 
 
 def test_text_names_the_plan_and_its_costs():
-    out = run("probe", "--model", QWEN7, "--memory", "16GB")
+    out = run("probe", "--model", QWEN7, "--memory", "16GB", "-v")
     assert "The plan that fits at the least cost:" in out and "Alternatives:" in out
     assert "about 20-30% slower" in out and "Cheapest single change" not in out
 
@@ -163,7 +163,9 @@ def test_bare_size_full_remedies_paste_onto_fine_tune_type_full():
 
 
 def test_estimate_far_above_the_rule_says_why():
-    out = " ".join(run("probe", "--model", QWEN7, "--memory", "16GB").split())
+    first = " ".join(run("probe", "--model", QWEN7, "--memory", "16GB").split())
+    assert "× the rule of thumb: the step's activations and attention scores" in first
+    out = " ".join(run("probe", "--model", QWEN7, "--memory", "16GB", "-v").split())
     assert "× the rule: at batch 4 × 2,048 tokens the step holds" in out
     assert "attention scores" in out and "(the worst case; --data sizes yours)" in out
 
@@ -181,7 +183,7 @@ def test_run_line_names_qlora_and_dora():
 def test_quantized_base_has_no_identical_lora_row():
     data = run_json("probe", "--model", "mlx-community/Qwen2.5-7B-Instruct-4bit")
     assert [e["method"] for e in data["estimates"]] == ["qlora", "full"]
-    out = run("probe", "--model", "mlx-community/Qwen2.5-7B-Instruct-4bit")
+    out = " ".join(run("probe", "--model", "mlx-community/Qwen2.5-7B-Instruct-4bit", "-v").split())
     assert "4-bit base as stored" in out and "already quantized" in out
 
 
@@ -252,6 +254,8 @@ def test_bench_output_folder_checked_before_measuring(tmp_path, option, monkeypa
     ("probe", "--model", QWEN7, "--memory", "16GB"),
     ("probe", "--model", "meta-llama/Llama-3.2-1B-Instruct", "--max-seq-length", "4096", "--memory", "36GB"),
     ("probe", "--model", "7B", "--memory", "36GB"),
+    ("probe", "--model", QWEN7, "--memory", "16GB", "-v"),
+    ("probe", "--model", "7B", "--memory", "36GB", "-v"),
     ("fits", "--memory", "36GB"),
 ])
 def test_output_fits_80_columns(args):
@@ -261,7 +265,7 @@ def test_output_fits_80_columns(args):
 
 
 def test_piped_legend_tells_parts_apart():
-    out = run("probe", "--model", QWEN7, "--memory", "16GB")
+    out = run("probe", "--model", QWEN7, "--memory", "16GB", "-v")
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if "weights (frozen)" in line and "·" not in line)
     end = next(i for i, line in enumerate(lines) if "your run peaks" in line)
@@ -282,7 +286,7 @@ def test_distinct_colours_per_part():
 
 
 def test_tiny_model_bars_are_not_empty(model_folder):
-    out = run("probe", "--model", str(model_folder(TINY["llama"])), "--memory", "36GB", "--num-layers", "-1")
+    out = run("probe", "--model", str(model_folder(TINY["llama"])), "--memory", "36GB", "--num-layers", "-1", "-v")
     bars = [line for line in out.splitlines() if "│" in line and line.strip().startswith(("LoRA", "QLoRA", "full"))]
     assert bars and all(line.split("│")[0].replace("·", "").split()[1:] for line in bars)
 

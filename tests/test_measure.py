@@ -215,8 +215,10 @@ def test_the_measured_verdict_is_on_the_estimates_basis(tmp_path, platform):
     judged = data["measured_verdict"]
     assert judged["basis"] == "peak_with_load" and judged["bytes"] == data["measured"]["peak_with_load_bytes"]
     assert judged["verdict"] == "fits"
-    text = " ".join(CliRunner().invoke(cli, args).output.split())
+    text = " ".join(CliRunner().invoke(cli, [*args, "-v"]).output.split())
     assert "Measured verdict: fits" in text and "without the process's resident baseline" in text
+    first = " ".join(CliRunner().invoke(cli, args).output.split())
+    assert re.search(r"measured verdict fits against the [\d.]+ MB budget", first), first
 
 
 def wait_for_children(parent, timeout: float = 120) -> list:

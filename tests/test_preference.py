@@ -134,15 +134,22 @@ def test_grpo_peak_follows_completion_length_not_group(model_folder):
 
 
 def test_probe_grpo_done_when():
-    out = probe("--model", "Qwen/Qwen3-0.6B", "--train-mode", "grpo", "--group-size", "8",
-                "--max-completion-length", "512", "--memory", "16GB")
+    args = ("--model", "Qwen/Qwen3-0.6B", "--train-mode", "grpo", "--group-size", "8", "--max-completion-length", "512",
+            "--memory", "16GB")
+    first = probe(*args)
+    assert first.startswith("Verdict  fits") and "rollout" not in first  # the phases come with -v
+    out = probe(*args, "-v")
     assert "rollout" in out and "scoring step" in out and "◀ peak" in out
     assert "Verdict" in out and "fits" in out
     assert "--max-completion-length 256" in out
 
 
 def test_probe_dpo_7b_shows_the_reference_copy_and_a_plan():
-    out = probe("--model", "7B", "--train-mode", "dpo", "--memory", "16GB", "--max-seq-length", "1024")
+    args = ("--model", "7B", "--train-mode", "dpo", "--memory", "16GB", "--max-seq-length", "1024")
+    first = probe(*args)
+    assert first.startswith("Verdict  does not fit")
+    assert "Plan" in first and "--reference-model-path" in first
+    out = probe(*args, "-v")
     assert "reference copy" in out and "does not fit" in out
     assert "Plan" in out and "--reference-model-path" in out
 

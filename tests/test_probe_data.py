@@ -69,6 +69,8 @@ def test_unknown_config_keys_are_reported(tmp_path, model_with_tokenizer):
 def test_advice_comes_before_the_units_footer(model_with_tokenizer, data_folder):
     args = ["probe", "--model", str(model_with_tokenizer), "--num-layers", "2", "--data", str(data_folder), "--max-seq-length", "64"]
     out = CliRunner().invoke(cli, args, catch_exceptions=False).output
+    assert "advice:" in out and out.splitlines()[-1].endswith("GB = 10^9 bytes.")
+    out = CliRunner().invoke(cli, [*args, "-v"], catch_exceptions=False).output
     assert "advice:" in out and out.splitlines()[-1] == "GB = 10^9 bytes."
 
 

@@ -31,17 +31,21 @@ def test_a_tight_row_is_not_called_does_not_fit(args):
     data = json.loads(invoke("probe", *args, "--json").output)
     low, high = selected(data)["predicted_range_bytes"]
     assert selected(data)["verdict"] == "tight" and low <= data["machine"]["usable_bytes"] < high
-    text = words(invoke("probe", *args).output)
+    text = words(invoke("probe", *args, "-v").output)
     assert "LoRA does not fit" not in text
     assert "LoRA is tight for the" in text and "so it may not fit" in text
     assert "The plan that fits at the least cost:" in text
+    first = words(invoke("probe", *args).output)
+    row = first.split("LoRA ◀")[1].split("QLoRA")[0]
+    assert "tight (it may not fit)" in row and "does not fit" not in row
+    assert "The plan that fits LoRA at the least cost" in first
 
 
 def test_does_not_fit_means_the_whole_range_is_above_the_budget():
     data = json.loads(invoke("probe", "Qwen/Qwen3-4B", "--memory", "16GB", "--json").output)
     assert selected(data)["verdict"] == "does not fit"
     assert selected(data)["predicted_range_bytes"][0] > data["machine"]["usable_bytes"]
-    text = words(invoke("probe", "Qwen/Qwen3-4B", "--memory", "16GB").output)
+    text = words(invoke("probe", "Qwen/Qwen3-4B", "--memory", "16GB", "-v").output)
     assert "LoRA does not fit the 12.0 GB budget with every batch 2,048 tokens long (the worst case): even the low end of the estimate's range" in text
 
 
@@ -141,12 +145,16 @@ def test_output_to_a_full_disk_is_one_line(json_):
 
 
 def test_an_unknown_model_type_is_not_called_a_bare_size_nor_its_reference_of_this_size(model_folder):
-    text = words(invoke("probe", "--model", str(model_folder({**LLAMA, "model_type": "notamodel"}))).output)
+    unknown = str(model_folder({**LLAMA, "model_type": "notamodel"}))
+    text = words(invoke("probe", "--model", unknown, "-v").output)
     assert "A bare size" not in text and "mlx-lm cannot build this model here" in text
     assert "A real model of this size" not in text
+    # a tiny model: no Qwen2.5 or Llama 3 within 1.5×, so the catalog's nearest stands for it, said as such
     assert "The catalog model nearest in size, LiquidAI/LFM2-350M (354M, against this one's" in text
-    sized = words(invoke("probe", "7B").output)
-    assert "A bare size has no architecture" in sized and "A real model of this size, mistralai/Mistral-7B-v0.1" in sized
+    first = words(invoke("probe", "--model", unknown).output)
+    assert "A bare size" not in first and "mlx-lm cannot build this model here" in first
+    sized = words(invoke("probe", "7B", "-v").output)
+    assert "A bare size has no architecture" in sized and "A real model of this size, Qwen/Qwen2.5-7B-Instruct" in sized
 
 
 # --- the first answer says what fits ----------------------------------------------
@@ -166,8 +174,13 @@ def test_the_first_screen_names_the_longest_examples_that_fit_per_method():
     longest = {f["method"]: f for f in data["longest_examples"]}
     assert set(longest) == {"lora", "qlora", "full"} and all(f["batch_size"] == 4 for f in longest.values())
     lora, qlora = longest["lora"]["tokens"], longest["qlora"]["tokens"]
-    assert f"At batch 4, LoRA fits examples up to {lora:,} tokens; QLoRA up to {qlora:,} tokens; full" in first_screen
-    assert "the worst case, every batch 2,048 tokens long" in first_screen
+    assert "At batch 4, the longest examples that fit the 12.0 GB budget:" in first_screen
+    assert f"LoRA ◀ up to {lora:,} tokens · at 2,048:" in first_screen
+    assert f"QLoRA up to {qlora:,} tokens · at 2,048:" in first_screen
+    assert "2,048 tokens in every batch is the worst case" in first_screen
+    verbose = invoke("probe", "--model", "Qwen/Qwen3-4B", "--memory", "16GB", "-v").output
+    assert f"At batch 4, LoRA fits examples up to {lora:,} tokens; QLoRA up to {qlora:,} tokens; full" in words(verbose)
+    assert "the worst case, every batch 2,048 tokens long" in words(verbose)
     # The answer is the estimate's own: that length fits by the row's promise, one unit more does not.
     model = resolve_model("Qwen/Qwen3-4B")
     usable, backend = data["machine"]["usable_bytes"], data["backend"]
@@ -175,8 +188,8 @@ def test_the_first_screen_names_the_longest_examples_that_fit_per_method():
         t = training_for(method, TrainingConfig())
         fits = lambda length: sized(model, replace(t, max_seq_length=length), backend, usable)[1].fits  # noqa: E731
         assert fits(n) and not fits(n + LENGTH_UNIT)
-    # The plan says it too.
-    assert f"with examples up to {lora:,} tokens it fits as it is" in words(out)
+    # The whole answer's plan says it too.
+    assert f"with examples up to {lora:,} tokens it fits as it is" in words(verbose)
 
 
 def test_with_data_or_a_length_given_the_answer_is_the_runs_own():

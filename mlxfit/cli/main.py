@@ -96,11 +96,12 @@ def _default(name):
 @click.option("--steps", type=click.IntRange(min=3), default=6, show_default=True, help="Most steps to measure; stops earlier once the peak has held for two steps.")
 @click.option("--iters", type=click.IntRange(min=1), help="Iterations of the run, as mlx_lm.lora --iters, for its time [default: the YAML's, else 1000].")
 @click.option("--chip", metavar="CHIP", help='The Apple chip the run is timed for ("M3 Max"); default: this machine, or the one chip sold with --memory\'s size.')
+@click.option("-v", "--verbose", is_flag=True, help="The whole answer: each estimate's parts and bars, the rule of thumb, the alternatives and each change alone (--json always has them).")
 @preference_options
 @machine_options
 @json_option
 @handle_errors
-def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trust_remote_code, hostfile, backend, do_measure, by_slice, force, timeout, steps, memory, gpu_memory, reserve, json_, iters=None, chip=None, **training_flags):
+def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trust_remote_code, hostfile, backend, do_measure, by_slice, force, timeout, steps, verbose, memory, gpu_memory, reserve, json_, iters=None, chip=None, **training_flags):
     """Will LoRA, QLoRA and full fine-tuning of MODEL fit? What to change if not.
 
     MODEL may be given as the argument or as --model (which wins when both are).
@@ -112,8 +113,13 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     measured peak beside the prediction.
 
     \b
+    The answer leads with each method's verdict and the plan; -v adds each
+    estimate's parts, the rule of thumb and every change.
+
+    \b
     Example:
       mlxfit probe Qwen/Qwen2.5-7B-Instruct --memory 16GB --batch-size 2
+      mlxfit probe Qwen/Qwen3-4B --memory 16GiB -v   # the whole answer
     """
     from .. import api
     from ..answer import Silent
@@ -147,7 +153,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
                        timeout=timeout, steps=steps, progress=progress, chip=chip, iters=iters,
                        **training_flags)
     if isinstance(answer, PreferenceAnswer):  # mlx-lm-lora's dpo, cpo, orpo, grpo
-        return preference.print_answer(answer, json_)
+        return preference.print_answer(answer, json_, verbose)
     if os.environ.get("MLX_RANK", "0") != "0":
         return  # under mlx.launch, rank 0 reports every rank's figures
     if json_:
@@ -155,7 +161,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
     else:
         from ..render.probe import render_answer
 
-        render_answer(answer)
+        render_answer(answer, verbose=verbose)
 
 
 @cli.command()

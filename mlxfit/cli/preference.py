@@ -38,8 +38,9 @@ def preference_options(fn=None, *, sweep: bool = False):
     return fn
 
 
-def print_answer(answer, json_: bool) -> None:
-    """The probe of a DPO, CPO, ORPO or GRPO run (mlxfit.answer_preference), as JSON or text."""
+def print_answer(answer, json_: bool, verbose: bool = False) -> None:
+    """The probe of a DPO, CPO, ORPO or GRPO run (mlxfit.answer_preference), as JSON or text
+    (the whole answer with `verbose`)."""
     if json_:
         from .options import print_json
 
@@ -48,4 +49,4 @@ def print_answer(answer, json_: bool) -> None:
         from ..render.preference import render
 
         a = answer
-        render(a.model, a.run, a.estimate, a.usable_bytes, a.plans, a.stats, a.measured, notes=a.notes)
+        render(a.model, a.run, a.estimate, a.usable_bytes, a.plans, a.stats, a.measured, notes=a.notes, verbose=verbose)

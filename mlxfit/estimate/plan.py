@@ -155,9 +155,30 @@ def nearest_catalog_model(params: int) -> ModelInfo | None:
     return catalog_model(min(dense, key=lambda m: abs(math.log(m.params / params))).id)
 
 
+# What stands for a size (a row of `fits`, a bare size such as 7B): the model a user most
+# likely means by it. Qwen2.5 and Llama 3 are the catalog's families with a model at most
+# sizes (0.5B to 72B); another family only where neither has one within STAND_IN_WITHIN.
+STAND_IN_FAMILIES = ("Qwen2.5", "Llama 3.1", "Llama 3.2", "Llama 3.3")
+STAND_IN_WITHIN = 1.5
+STAND_IN_RULE = "Qwen2.5 or Llama 3 nearest in size (another family where neither is within 1.5×)"
+
+
+def stand_in(params: int) -> ModelInfo | None:
+    """The catalog model that stands for a size, by STAND_IN_FAMILIES, else the nearest."""
+    import math
+
+    if params <= 0:
+        return None
+    mainstream = [m for m in catalog_sizes() if m.family in STAND_IN_FAMILIES and not m.moe]
+    near = min(mainstream, key=lambda m: abs(math.log(m.params / params)), default=None)
+    if near is not None and 1 / STAND_IN_WITHIN <= near.params / params <= STAND_IN_WITHIN:
+        return catalog_model(near.id)
+    return nearest_catalog_model(params)
+
+
 def reference_for(params: int, training: TrainingConfig, backend: str) -> Reference | None:
-    """The detailed estimate of a real model of this size at these settings."""
-    model = nearest_catalog_model(params)
+    """The detailed estimate of the model that stands for this size at these settings."""
+    model = stand_in(params)
     if model is None:
         return None
     if training.num_layers != -1 and training.num_layers > model.architecture.num_layers:

@@ -206,7 +206,10 @@ def _truncation_words(n: int, data) -> str:
 
 def _sizer(backend: str, calibration, length: int | None, usable: int):
     def size(model: ModelInfo, changes: tuple[Change, ...], training: TrainingConfig) -> Option | None:
-        """None: mlx-lm cannot run this (quantize, adapt or freeze the model)."""
+        """None: mlx-lm cannot run this (quantize, adapt or freeze the model, or fully
+        fine-tune a quantized base: sizing.FULL_ON_QUANTIZED), so it is never offered."""
+        if model.quantized and training.fine_tune_type == "full":
+            return None
         try:
             return Option(changes, model, training, *sized(model, training, backend, usable, calibration, length))
         except MlxfitError:

@@ -9,7 +9,7 @@ from rich import box
 from rich.table import Table
 
 from ..units import format_gb, format_size
-from .text import console, err_console, print_hanging, verdict_markup
+from .text import console, err_console, print_hanging, print_table, verdict_markup
 
 
 @contextmanager
@@ -59,10 +59,26 @@ def step_time(seconds: float) -> str:
     return f"in {seconds:.2f} s" if seconds < 10 else f"in {seconds:.1f} s"
 
 
-def render_comparison(comparison) -> None:
+def render_comparison(comparison, verbose: bool = True) -> None:
+    """The measured figures against the estimate: in a few lines by default (the
+    table of every figure with -v)."""
     m = comparison.measurement
     data = comparison.to_dict()
     judged = data["measured_verdict"]
+    if not verbose:
+        how = f"by slice ({m.slice['how']})" if m.method == "slice" else f"{m.steps} steps"
+        print_hanging(
+            f"[bold]Measured[/] on the {m.backend} backend, {how} in {m.seconds:.1f} s: "
+            f"{format_size(m.peak_with_load_bytes)} peak with load{' (extrapolated)' if m.method == 'slice' else ''}, "
+            f"predicted {format_size(comparison.predicted_bytes)} (error {comparison.error_pct:+.1f}%); "
+            f"measured verdict {verdict_markup(judged['verdict'])} against the {format_size(comparison.usable_bytes)} budget",
+        )
+        if comparison.note:
+            print_hanging(f"[yellow]Note[/]     the measurement was {comparison.note}")
+        if comparison.cache_breaks_budget:
+            print_hanging("[yellow]The allocator cache is what breaks the budget:[/] cap it with "
+                          "mx.set_cache_limit(...) or mlx_lm.lora's --clear-cache-threshold.")
+        return
     if m.method == "slice":
         print_hanging(f"[bold]Measured[/] by slice on the {m.backend} backend: {m.slice['how']}, "
                       f"{m.seconds:.1f} s in all; the whole run's figures are extrapolated from the slices' peaks "
@@ -85,7 +101,7 @@ def render_comparison(comparison) -> None:
         table.add_row("allocator cache", format_size(m.cache_bytes), "mx.get_cache_memory(): freed buffers MLX keeps")
         table.add_row("process peak", format_size(m.process_peak_bytes), "resident high-water mark of the process")
     table.add_row("predicted", format_size(comparison.predicted_bytes), f"error {comparison.error_pct:+.1f}% against peak with load")
-    console.print(table)
+    print_table(table)
     print_hanging(
         f"Measured verdict: {verdict_markup(judged['verdict'])} — {format_size(judged['bytes'])} peak with load "
         f"against a {format_gb(comparison.usable_bytes)} budget, on the estimate's basis: MLX's own memory, "

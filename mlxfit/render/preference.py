@@ -10,7 +10,7 @@ from ..estimate.verdict import Verdict
 from ..model.preference import EXTRA, PREFERENCE_MODES
 from ..units import format_gb, format_size
 from .inputs import storage_words
-from .text import console, print_fields, print_hanging, verdict_text, verdict_markup
+from .text import console, print_fields, print_hanging, print_table, verdict_markup, verdict_text
 
 
 
@@ -48,7 +48,51 @@ def logits_words(estimate) -> str:
     return escape(f"Logits: the fitted count (the buffers held depend on MLX's evaluation order; {how}).")
 
 
-def render(model, run, estimate, usable, plans, stats=None, measured=None, notes=()) -> None:
+def render(model, run, estimate, usable, plans, stats=None, measured=None, notes=(), verbose: bool = False) -> None:
+    """By default the verdict first, then what fits (the plan, or the single changes
+    that fit), then what was sized; `verbose` (-v): what was sized, each phase with its
+    parts, the logits' count, the verdict and every change."""
+    if not verbose:
+        render_verdict(run, estimate, usable)
+        render_brief_plans(plans)
+        if measured is not None:
+            render_measured(run, estimate, measured)
+        render_sized(model, run, estimate, stats, notes)
+        console.print("[dim]-v shows each phase's parts and every change · GB = 10^9 bytes.[/]")
+        return
+    render_sized(model, run, estimate, stats, notes)
+    peak = estimate.peak
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("phase")
+    table.add_column("holds", justify="right")
+    table.add_column("of which")
+    for p in estimate.phases:
+        parts = ", ".join(f"{k} {format_size(v)}" for k, v in p.parts.items() if v)
+        table.add_row(Text(p.name + (" ◀ peak" if p is peak else ""), style="bold" if p is peak else ""),
+                      format_size(p.bytes), Text(parts, style="dim"))
+    print_table(table)
+    if estimate.run.mode in PREFERENCE_MODES:
+        print_hanging(f"[dim]{logits_words(estimate)}[/]")
+    render_verdict(run, estimate, usable)
+    singles, combo = plans["singles"], plans["combination"]
+    if singles:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="What each change would need", title_justify="left")
+        table.add_column("change")
+        table.add_column("peak", justify="right")
+        table.add_column("verdict")
+        table.add_column("costs", style="dim")
+        for c in singles:
+            w = c.verdict
+            table.add_row(c.flags, format_size(c.bytes), verdict_text(w), c.cost)
+        print_table(table)
+    if combo:
+        render_combination(combo)
+    if measured is not None:
+        render_measured(run, estimate, measured)
+
+
+def render_sized(model, run, estimate, stats, notes) -> None:
+    """What was sized: the model, the run, its notes, the reference model, the data."""
     print_fields("Model", [model.id, f"{model.params:,} parameters", storage_words(model)])
     print_fields("Run", run_words(run, estimate))
     for note in [*notes, *run.notes]:
@@ -63,18 +107,10 @@ def render(model, run, estimate, usable, plans, stats=None, measured=None, notes
         from .inputs import render_counted_by
 
         render_counted_by(stats.tokens_counted_by, None, stats.no_tokenizer_reason)
+
+
+def render_verdict(run, estimate, usable) -> None:
     peak = estimate.peak
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("phase")
-    table.add_column("holds", justify="right")
-    table.add_column("of which")
-    for p in estimate.phases:
-        parts = ", ".join(f"{k} {format_size(v)}" for k, v in p.parts.items() if v)
-        table.add_row(Text(p.name + (" ◀ peak" if p is peak else ""), style="bold" if p is peak else ""),
-                      format_size(p.bytes), Text(parts, style="dim"))
-    console.print(table)
-    if estimate.run.mode in PREFERENCE_MODES:
-        print_hanging(f"[dim]{logits_words(estimate)}[/]")
     v = estimate.verdict(usable)
     low, high = estimate.range_bytes
     spread = (f"the spread of {run.mode.upper()} runs against mlx-lm-lora's trainer on the CPU"
@@ -86,21 +122,33 @@ def render(model, run, estimate, usable, plans, stats=None, measured=None, notes
                   f"against a budget of {format_gb(usable)}")
     if v is Verdict.TIGHT:
         print_hanging("[dim]The budget lies inside the range: --measure settles it with a few steps of mlx-lm-lora's own trainer.[/]")
+
+
+def render_combination(combo) -> None:
+    w = combo[-1].verdict
+    flags = " ".join(c.flags for c in combo)
+    print_hanging(f"[bold]Plan[/]     {verdict_markup(w)} together: {flags} ({format_size(combo[-1].bytes)})")
+
+
+BRIEF_CHANGES = 3  # the single changes the first answer names, at most
+
+
+def render_brief_plans(plans) -> None:
+    """The plan when no change fits alone; else the single changes that fit (or, when
+    none does, the tight ones), at most BRIEF_CHANGES, smallest peak first."""
     singles, combo = plans["singles"], plans["combination"]
-    if singles:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="What each change would need", title_justify="left")
-        table.add_column("change")
-        table.add_column("peak", justify="right")
-        table.add_column("verdict")
-        table.add_column("costs", style="dim")
-        for c in singles:
-            table.add_row(c.flags, format_size(c.bytes), verdict_text(c.verdict), c.cost)
-        console.print(table)
     if combo:
-        flags = " ".join(c.flags for c in combo)
-        print_hanging(f"[bold]Plan[/]     {verdict_markup(combo[-1].verdict)} together: {flags} ({format_size(combo[-1].bytes)})")
-    if measured is not None:
-        render_measured(run, estimate, measured)
+        render_combination(combo)
+        return
+    for word in ("fits", "tight"):
+        chosen = sorted((c for c in singles if c.verdict.value == word), key=lambda c: c.bytes)
+        if chosen:
+            more = len(singles) - min(len(chosen), BRIEF_CHANGES)
+            console.print(f"[bold]What {word} alone[/]" + (f" (-v: {more} more change{'s' if more != 1 else ''}):" if more else ":"))
+            for c in chosen[:BRIEF_CHANGES]:
+                print_hanging(f"  [bold]{c.flags}[/] → {format_size(c.bytes)}, {verdict_markup(word)} · "
+                              f"[dim]{c.cost}[/]", indent=4)
+            return
 
 
 def render_measured(run, estimate, m) -> None:

@@ -14,7 +14,7 @@ from ..estimate.verdict import Verdict
 from ..units import GB, format_count, format_gb, format_gb_range, format_size
 from .inputs import storage_words
 from .memory import machine_fields, print_warnings
-from .text import console, print_fields, print_hanging, tokens, verdict_markup, verdict_text
+from .text import VERDICT_STYLE, console, print_fields, print_hanging, print_table, tokens, verdict_markup, verdict_text
 
 SOURCE_LABEL = {
     "local": "local folder",
@@ -88,7 +88,7 @@ PART_GLYPHS = {
     "framework": "@",
     "calibration": "^",
 }
-STACK_WIDTH = 40
+STACK_WIDTH = 40  # at most; a narrow terminal gets a shorter bar (stack_width)
 PHASE_WORDS = {
     "loss": "the backward pass through the loss",
     "block": "the backward pass through the last trained block",
@@ -166,10 +166,8 @@ def run_fields(plan: Plan) -> list[str]:
     return fields
 
 
-def render_plan(plan: Plan, nodes: list[str] | None = None, longest=()) -> None:
-    """`nodes`: words for a --hostfile run, whose budget is the smallest node's;
-    `longest`: the longest examples that fit per method (mlxfit/estimate/lengths.py),
-    said beside the worst case when the run has no data and no length of its own."""
+def render_context(plan: Plan, nodes: list[str] | None = None) -> None:
+    """What was sized: the machine, the model, the run, and the notes on them."""
     model = plan.model
     machine = machine_fields(plan.machine)
     if nodes:
@@ -196,6 +194,15 @@ def render_plan(plan: Plan, nodes: list[str] | None = None, longest=()) -> None:
             "--measure runs real steps and is the way to be sure"
         )
 
+
+def render_plan(plan: Plan, nodes: list[str] | None = None, longest=()) -> None:
+    """The whole plan (-v): what was sized, each method against the budget with the
+    bars of its parts, and every remedy. `nodes`: words for a --hostfile run, whose
+    budget is the smallest node's; `longest`: the longest examples that fit per method
+    (mlxfit/estimate/lengths.py), said beside the worst case when the run has no data
+    and no length of its own."""
+    model = plan.model
+    render_context(plan, nodes)
     detailed = any(e.detailed for e in plan.estimates)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("method")
@@ -218,7 +225,7 @@ def render_plan(plan: Plan, nodes: list[str] | None = None, longest=()) -> None:
         if not detailed:
             row.append("" if e.cannot else bar(e.predicted_bytes, e.usable_bytes))
         table.add_row(*row)
-    console.print(table)
+    print_table(table)
     reasons: dict[str, list[str]] = {}
     for e in plan.estimates:
         if e.cannot:
@@ -236,9 +243,9 @@ def render_plan(plan: Plan, nodes: list[str] | None = None, longest=()) -> None:
         print_hanging("[dim]◀ your run. Estimate: mlxfit's detailed model of mlx-lm's peak, with its range on this "
                       "backend's evidence (fits: the high end within the budget; tight: the budget inside the range); "
                       f"rule: the rule of thumb (moderate lengths and small batches).{quantized}[/]", indent=2)
-        why = rule_gap(plan)
-        if why:
-            print_hanging(f"[dim]{why}[/]", indent=2)
+        gap = rule_gap(plan)
+        if gap:
+            print_hanging(f"[dim]{gap[1]}[/]", indent=2)
         render_breakdowns(plan)
     elif model.architecture is not None:  # built, but mlx-lm can run none of the methods on it
         print_hanging("[dim]◀ your run. mlx-lm builds this model (its parameters are counted from it) but "
@@ -253,19 +260,52 @@ def render_plan(plan: Plan, nodes: list[str] | None = None, longest=()) -> None:
     render_remedies(plan, longest)
 
 
-RULE_GAP = 2.0  # the estimate this many times the rule gets a word on why
+RULE_GAP = 2.0  # the estimate this many times the rule (or this many times below it) gets a word on why
+STEP_PARTS = ("attention scores", "logits and gradient", "adapter outputs", "activations", "dora temporaries")
+RESIDENT_PARTS = ("weights (frozen)", "weights (trainable)", "optimizer state", "gradients", "update temporaries")
 
 
-def rule_gap(plan: Plan) -> str | None:
-    """One line on why the detailed estimate is far above the rule of thumb."""
-    e, training = plan.selected, plan.training
-    if not e.detailed or e.predicted_bytes < RULE_GAP * e.rule_bytes:
+def rule_gap(plan: Plan) -> tuple[str, str] | None:
+    """Why the detailed estimate is far from the rule of thumb, either way: (a short
+    clause for the first answer, the sentence for -v)."""
+    e, training, model = plan.selected, plan.training, plan.model
+    if not e.detailed or not e.rule_bytes:
         return None
-    named = ("attention scores", "logits and gradient", "adapter outputs", "activations", "dora temporaries")
-    parts = sorted(((n, e.detailed.parts.get(n, 0)) for n in named), key=lambda p: -p[1])
-    big = ", ".join(f"{n} {format_gb(b)}" for n, b in parts[:3] if b)
-    return (f"The estimate is {e.predicted_bytes / e.rule_bytes:.1f}× the rule: at batch {training.batch_size} "
-            f"× {tokens(plan.batch_width)} the step holds {big}, which the rule's fixed 3-4 GB leaves out.")
+    ratio, parts = e.predicted_bytes / e.rule_bytes, e.detailed.parts
+    step = f"at batch {training.batch_size} × {tokens(plan.batch_width)}"
+    if ratio >= RULE_GAP:
+        big = [(n, b) for n, b in sorted(((n, parts.get(n, 0)) for n in STEP_PARTS), key=lambda p: -p[1]) if b][:3]
+        named = ", ".join(f"{n} {format_gb(b)}" for n, b in big)
+        return (f"{ratio:.1f}× the rule of thumb: the step's {' and '.join(n for n, _ in big[:2])}",
+                f"The estimate is {ratio:.1f}× the rule: {step} the step holds {named}, which the rule's fixed "
+                "3-4 GB leaves out.")
+    if ratio > 1 / RULE_GAP:
+        return None
+    from ..estimate.rule import RULES
+
+    per_billion, fixed = RULES[e.method]
+    resident = sum(parts.get(n, 0) for n in RESIDENT_PARTS)
+    rest = e.predicted_bytes - resident
+    reasons = []  # (a few words, the whole reason)
+    blocks = model.architecture.num_layers if model.architecture else 0
+    trained = training.layers_trained(blocks) if blocks else 0
+    if e.method == "full" and 0 < trained < blocks:
+        words = f"only the last {trained} of {blocks} blocks train"
+        reasons.append((words, words))
+    trainable, state = parts.get("weights (trainable)", 0), parts.get("optimizer state", 0)
+    if e.method == "full" and trainable and state < 0.9 * 4 * trainable:  # the rule: two fp32 moments per 16-bit weight
+        reasons.append((f"{training.optimizer}'s state in {model.dtype}",
+                        f"{training.optimizer} keeps its {format_gb(state)} of state in the weights' {model.dtype}, "
+                        "where the rule counts two float32 moments"))
+    if rest < fixed * GB / 2:
+        reasons.append(("a short step", f"the step holds {format_gb(rest)}, under the rule's fixed {fixed:g} GB"))
+    clause = f"{ratio:.2f}× the rule of thumb" + (f": {reasons[0][0]}" if reasons else "")
+    why = f" ({'; '.join(r for _, r in reasons)})" if reasons else ""
+    return (clause,
+            f"The estimate is {ratio:.2f}× the rule: the rule counts {per_billion:g} GB per billion parameters for all "
+            f"{format_count(model.params)} ({format_gb(per_billion * model.params / 1e9 * GB)}) and a fixed "
+            f"{fixed:g} GB; here the weights and optimizer state come to {format_gb(resident)} and the step {step} "
+            f"{format_gb(rest)}{why}.")
 
 
 SAME_SIZE_WITHIN = 1.5  # a catalog model within this factor of the parameters is "of this size"
@@ -307,13 +347,19 @@ def render_units_note() -> None:
     console.print("[dim]GB = 10^9 bytes.[/]")
 
 
+def stack_width() -> int:
+    """The bars' width: STACK_WIDTH, less on a terminal too narrow for it and the
+    label and figure beside it, so that a bar never wraps."""
+    return max(8, min(STACK_WIDTH, max(console.width, 40) - 20))
+
+
 def render_breakdowns(plan: Plan) -> None:
     scale = max([plan.machine.usable_bytes] + [e.predicted_bytes for e in plan.estimates if e.detailed])
     for e in plan.estimates:
         if e.detailed is None:
             continue
         line = Text(f"  {method_label(e.method, plan.training):<6}")
-        line.append_text(stacked_bar(e.detailed.parts, scale, plan.machine.usable_bytes))
+        line.append_text(stacked_bar(e.detailed.parts, scale, plan.machine.usable_bytes, stack_width()))
         line.append(f" {format_gb(e.predicted_bytes)}")
         console.print(line)
     shown = [name for name in PART_STYLES if any(e.detailed.parts.get(name) for e in plan.estimates if e.detailed)]
@@ -439,7 +485,7 @@ def render_hosts(checks: list[dict]) -> None:
             c["host"], format_gb(c["total_bytes"]), format_gb(c["usable_bytes"]),
             format_gb(c["predicted_peak_bytes"]), verdict_text(c["verdict"]),
         )
-    console.print(table)
+    print_table(table)
 
 
 def render_advice(notes: list[str]) -> None:
@@ -447,21 +493,43 @@ def render_advice(notes: list[str]) -> None:
         print_hanging(f"[yellow]advice:[/] {note}", indent=2)
 
 
-def render_answer(answer) -> None:
-    """All of probe's answer (mlxfit.answer.Answer) as text: what it was given, the plan,
-    the advice, each node's check, the measurement, and the note on units."""
+def render_answer(answer, verbose: bool = False) -> None:
+    """All of probe's answer (mlxfit.answer.Answer) as text. By default one screen that
+    leads with the answer: each method's verdict (and the longest examples that fit),
+    the plan, then what was sized. `verbose` (-v): what it was given, the whole plan
+    with each estimate's parts and every remedy, the advice, each node's check, the
+    measurement, and the note on units."""
     from . import inputs, measurement
     from .time import render_time
 
+    nodes = None
+    if answer.hosts:
+        nodes = [f"per node: {len(answer.hosts)} hosts in {answer.hostfile}", f"planned for the smallest, {answer.tightest.name}"]
+    if not verbose:
+        render_verdicts(answer.plan, answer.longest)
+        render_brief_remedies(answer.plan)
+        if answer.comparison is not None:
+            measurement.render_comparison(answer.comparison, verbose=False)
+        render_advice(answer.advice)
+        inputs.render_config_notes(answer.resolved)
+        inputs.render_input_warnings(answer.warnings)
+        if answer.stats is not None:
+            inputs.render_data(answer.stats)
+        if answer.validation is not None:
+            inputs.render_validation(answer.validation)
+        render_context(answer.plan, nodes)
+        if answer.plan.reference is not None:
+            render_reference(answer.plan)
+        if answer.host_checks is not None:
+            render_hosts(answer.host_checks)
+        console.print("[dim]-v shows the parts, the rule of thumb and every change · GB = 10^9 bytes.[/]")
+        return
     inputs.render_config_notes(answer.resolved)
     inputs.render_input_warnings(answer.warnings)
     if answer.stats is not None:
         inputs.render_data(answer.stats)
     if answer.validation is not None:
         inputs.render_validation(answer.validation)
-    nodes = None
-    if answer.hosts:
-        nodes = [f"per node: {len(answer.hosts)} hosts in {answer.hostfile}", f"planned for the smallest, {answer.tightest.name}"]
     render_plan(answer.plan, nodes=nodes, longest=answer.longest)
     render_time(answer.time, answer.time_checkpointed, answer.measured_time)
     render_advice(answer.advice)
@@ -470,3 +538,104 @@ def render_answer(answer) -> None:
     if answer.comparison is not None:
         measurement.render_comparison(answer.comparison)
     render_units_note()
+
+
+# --- the first answer: one screen ---------------------------------------------------
+
+
+def verdict_phrase(e) -> str:
+    """A row's figure and verdict in a few words: "47.8 GB (43.3–58.3), does not fit"."""
+    if e.cannot:
+        return f"[{VERDICT_STYLE[e.verdict]}]mlx-lm cannot run it[/] (below)"
+    after = " (it may not fit)" if e.verdict is Verdict.TIGHT else ""
+    return f"{format_gb_range(e.predicted_bytes, *e.predicted_range_bytes)}, {verdict_markup(e.verdict, after)}"
+
+
+def short_fit_words(fit) -> str:
+    """"up to 704 tokens", "every length", "none": a row of the first answer."""
+    if fit.tokens is None:
+        return "none"
+    return "every length" if fit.every_length else f"up to {tokens(fit.tokens)}"
+
+
+def render_verdicts(plan: Plan, longest=()) -> None:
+    """Each method's verdict, first; without data or a length of the run's own, the
+    longest examples that fit at the run's batch beside the worst case."""
+    training, usable = plan.training, format_gb(plan.machine.usable_bytes)
+    labels = {e.method: method_label(e.method, plan.training) + (" ¹" if e.sized_on else "") + (" ◀" if e.selected else "")
+              for e in plan.estimates}
+    width = max(len(label) for label in labels.values()) + 2
+    gap = rule_gap(plan)
+    fits = {f.method: f for f in longest}
+    if plan.model.architecture is None:
+        why = ("mlx-lm cannot build this model here, the note below says why" if plan.model.rule_only_reason
+               else "a bare size has no architecture")
+        print_hanging(f"[bold]By the rule of thumb[/] ({why}; batch and length not counted), against the {usable} "
+                      "budget:", indent=2)
+    elif fits:
+        console.print(f"[bold]At batch {training.batch_size}, the longest examples that fit the {usable} budget:[/]")
+    elif plan.length is not None:
+        console.print(f"[bold]At batch {training.batch_size} × {tokens(plan.batch_width)}[/] (your data's widest batch), "
+                      f"against the {usable} budget:")
+    else:
+        console.print(f"[bold]At batch {training.batch_size} × {tokens(plan.batch_width)}[/], against the {usable} budget:")
+    fit_width = max((len(short_fit_words(f)) for f in longest), default=0)
+    for e in plan.estimates:
+        label = Text(f"  {labels[e.method]:<{width}}", style="bold" if e.selected else "")
+        if e.method in fits:
+            words = f"{short_fit_words(fits[e.method]):<{fit_width}} · at {training.max_seq_length:,}: {verdict_phrase(e)}"
+        else:
+            words = verdict_phrase(e)
+        print_hanging(label + Text.from_markup(words, emoji=False), indent=width + 4)
+    notes = []
+    if fits:
+        notes.append(f"{tokens(training.max_seq_length)} in every batch is the worst case"
+                     + (f" ({gap[0]})" if gap else "") + ": mlx-lm pads a batch only to its longest example, "
+                     "so --data sizes your own.")
+    elif gap:
+        notes.append(f"The estimate is {gap[0]}.")
+    for e in plan.estimates:
+        if e.sized_on:  # the first clause: where it was sized; -v says why mlx-lm cannot
+            notes.append(f"[yellow]¹ {method_label(e.method, plan.training)}[/] is sized on "
+                         f"{e.sized_on.split(':')[0]}, which mlx-lm cannot fully fine-tune")
+    stand = "; the other rows stand" if any(not e.cannot for e in plan.estimates) else ""
+    reasons: dict[str, list[str]] = {}
+    for e in plan.estimates:
+        if e.cannot:
+            reasons.setdefault(e.cannot, []).append(method_label(e.method, plan.training))
+    notes += [f"[yellow]{', '.join(labels)}[/]: {reason}{stand}" for reason, labels in reasons.items()]
+    for note in notes:
+        print_hanging(note, indent=2)
+
+
+def render_brief_remedies(plan: Plan) -> None:
+    """The cheapest plan that fits (the alternatives and single changes come with -v)."""
+    if plan.options:
+        best, *others = plan.options
+        more = f" (-v: {len(others)} alternative{'s' if len(others) != 1 else ''})" if others else ""
+        label = run_label(plan.training)
+        console.print(f"[bold]The plan that fits {label} at the least cost{more}:[/]")
+        render_option(best)
+        if plan.model.quantized and plan.training.fine_tune_type == "full":
+            print_hanging(f"[dim]Full fine-tuning itself needs the 16-bit base: {FULL_ON_QUANTIZED_REMEDY}.[/]", indent=0)
+    elif plan.model.architecture is not None and all(e.cannot for e in plan.estimates):
+        print_hanging("[bold]mlx-lm builds this model (its parameters are counted from it) but cannot train it by "
+                      "any method, so nothing is sized.[/]", indent=0)
+    elif plan.selected.cannot:
+        label = method_label(plan.selected.method, plan.training)
+        print_hanging(f"[bold]mlx-lm cannot run {label} on this model[/]"
+                      + (" (-v: what was tried)." if plan.remedies else "."), indent=0)
+    elif plan.model.architecture is not None and not plan.selected.fits:
+        print_hanging(f"[bold]No combination of the remedies (nor a smaller catalog model) makes "
+                      f"{run_label(plan.training)} fit: it needs a machine with more memory.[/]", indent=0)
+    elif plan.remedies:
+        console.print("[bold]What to change:[/]")
+        for r in plan.remedies:
+            result = ""
+            if r.new_bytes is not None:
+                result = f" → {format_gb(r.new_bytes)}, {verdict_markup(r.verdict)}"
+            print_hanging(f"  [bold]{r.change}[/]{result} · [dim]{r.why}[/]", indent=4)
+
+
+FULL_ON_QUANTIZED_REMEDY = ("train the original 16-bit model, or dequantize this one (mlx_lm.convert --dequantize); "
+                            "mlx-lm cannot fully fine-tune a quantized base, so no plan above keeps full on it")

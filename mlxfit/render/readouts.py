@@ -7,12 +7,12 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..estimate.plan import FitsTable
+from ..estimate.plan import STAND_IN_RULE, FitsTable
 from ..estimate.rule import METHOD_LABELS
 from ..units import format_count, format_gb, format_size
 from .memory import machine_fields, print_warnings
 from .probe import settings_words
-from .text import VERDICT_MARK, VERDICT_STYLE, console, print_fields, print_hanging, tokens
+from .text import VERDICT_MARK, VERDICT_STYLE, console, print_fields, print_hanging, print_table, tokens
 
 
 def render_fits(table_data: FitsTable) -> None:
@@ -36,7 +36,7 @@ def render_fits(table_data: FitsTable) -> None:
             cells.append(Text(f"{format_gb(c['bytes'], 0)} {mark}", style=VERDICT_STYLE[c["verdict"]]))
         name = [refs[size].model.id.split("/")[-1] if size in refs else "none: the rule"] if refs else []
         table.add_row(f"{size:g}B", *name, *cells)
-    console.print(table)
+    print_table(table)
     if refs:
         first = table_data.references[0][1]
         t = first.training
@@ -44,7 +44,7 @@ def render_fits(table_data: FitsTable) -> None:
         print_hanging(
             f"[dim]At batch {t.batch_size} × {tokens(t.max_seq_length)}, {layers}, rank {t.rank}"
             f"{', grad checkpoint' if t.grad_checkpoint else ''}, {t.optimizer} ({settings_words(t)}), "
-            f"{first.backend} backend; ✓ fits (the range's high end within the budget), ! tight (the budget inside "
+            f"{first.backend} backend; each size stands for the catalog's {STAND_IN_RULE}; ✓ fits (the range's high end within the budget), ! tight (the budget inside "
             "the range), ✗ does not fit. Without --data mlx-lm pads each batch only to its longest example: give "
             "--max-seq-length your examples' length here, or probe a model with --data for a plan.[/]",
             indent=0,
@@ -58,8 +58,10 @@ def render_models(rows: list[dict]) -> None:
     """By family: id, size and architecture (active parameters of MoE models);
     the architecture goes on its own line where the terminal is too narrow."""
     id_width = max(len(r["id"]) for r in rows) + 2
+    narrow = id_width + 9 > console.width  # too narrow for the ids in a column: id, then size and architecture
     last = None
-    console.print(f"[bold]{'family / id':<{id_width}}  {'size':>7}  architecture[/]")
+    header = "family / id" if narrow else f"{'family / id':<{id_width}}  {'size':>7}  architecture"
+    console.print(f"[bold]{header}[/]")
     for r in rows:
         if r["family"] != last:
             console.print(Text(r["family"], style="bold"))
@@ -67,13 +69,18 @@ def render_models(rows: list[dict]) -> None:
         arch = f"{r['model_type']}, {r['architecture']}"
         if r["active_params"] < r["params"]:
             arch += f", {format_count(r['active_params'])} active"
+        if narrow:
+            console.print(Text(f"  {r['id']}"), soft_wrap=True)
+            print_hanging(Text(f"      {format_count(r['params'])} · {arch}", style="dim"), indent=8)
+            continue
         line = f"  {r['id']:<{id_width - 2}}  {format_count(r['params']):>7}"
         if len(line) + 2 + len(arch) <= console.width:
             console.print(Text(f"{line}  {arch}"))
         else:
             console.print(Text(line))
-            console.print(Text(f"      {arch}", style="dim"))
-    console.print("[dim]mlx-community/<name>-4bit (-8bit, -bf16) names resolve to the same architecture with that storage.[/]")
+            print_hanging(Text(f"      {arch}", style="dim"), indent=8)
+    print_hanging("[dim]mlx-community/<name>-4bit (-8bit, -bf16) names resolve to the same architecture with that "
+                  "storage.[/]", indent=0)
 
 
 def render_calibration(directory, entries: list[dict]) -> None:

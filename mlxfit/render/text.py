@@ -70,12 +70,56 @@ def print_fields(label: str, fields: list, sep: str = " · ", indent: int = 9, o
         last = i == len(fields) - 1
         if i and len(line.plain) + len(sep) + len(piece.plain) + (0 if last else len(sep.rstrip())) > width:
             line.append(sep.rstrip())
-            out.print(line, soft_wrap=True)
+            _print_line(line, indent, width, out)
             line = Text(" " * indent) + piece
         else:
             line = (line + Text(sep) + piece) if i else (line + piece)
-    out.print(line, soft_wrap=True)
+    _print_line(line, indent, width, out)
+
+
+def _print_line(line: Text, indent: int, width: int, out: Console) -> None:
+    """One line of fields; a field wider than the terminal is wrapped between its words."""
+    if len(line.plain) <= width:
+        out.print(line, soft_wrap=True)
+        return
+    print_hanging(line, indent=indent, out=out)
 
 
 def tokens(n: int) -> str:
     return f"{n:,} token{'s' if n != 1 else ''}"
+
+
+def table_fits(table, out: Console | None = None) -> bool:
+    """Whether a rich table fits the terminal with no cell cut: each column at least as
+    wide as its longest word (rich wraps cells between words, and cuts only below that)."""
+    from rich.measure import Measurement
+
+    out = out or console
+    unbounded = out.options.update_width(10_000)  # measured at the terminal's width, a table shrinks to fit it
+    return Measurement.get(out, unbounded, table).minimum <= out.width
+
+
+def print_table(table, out: Console | None = None) -> None:
+    """A table where it fits the terminal; narrower, each row on lines of its own (its
+    first cell, then each other cell after its header), wrapped between words, so that
+    a narrow terminal never cuts a number."""
+    out = out or console
+    if table_fits(table, out):
+        out.print(table)
+        return
+    if table.title:
+        print_hanging(Text(str(table.title)), indent=0, out=out)
+    columns = table.columns
+    for row in zip(*(list(c.cells) for c in columns)):
+        line = Text()
+        for i, (column, cell) in enumerate(zip(columns, row)):
+            piece = Text.from_markup(cell, emoji=False) if isinstance(cell, str) else cell.copy()
+            if not piece.plain:
+                continue
+            if i:
+                line.append(" · ")
+                header = str(column.header)
+                if header:
+                    line.append(f"{header} ", style="dim")
+            line.append_text(piece)
+        print_hanging(line, indent=4, out=out)
