@@ -214,3 +214,12 @@ def test_probe_on_this_machine_gives_the_time_at_its_rates(monkeypatch):
     time = json.loads(result.output)["time"]
     assert time["basis"] == "rates measured on this machine"
     assert time["widest_step"]["phases"]["elementwise"] > 0 and time["widest_step"]["phases"]["dispatch"] > 0
+
+
+def test_probe_of_a_model_shallower_than_the_default_layers_says_what_to_give():
+    # mlx-lm trains 16 layers by default; the 4-block example refuses it (as mlx-lm does), in one line
+    # that names the flag that gets an answer (and its Time line).
+    root = Path(__file__).resolve().parent.parent
+    result = CliRunner().invoke(cli, ["probe", str(root / "examples" / "tiny-llama")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "give --num-layers 4 or fewer, or -1 for all" in " ".join(result.output.split())
