@@ -1,8 +1,10 @@
-"""Fit the efficiency at which mlx-lm training runs on Apple chips (a share of the
-chip's peak half-precision rate), on the public runs of
-benchmarks/evidence/mac_throughput.csv marked `fit`, and report the error of the
+"""Fit the two figures no mechanism gives for mlx-lm training on Apple chips: the
+share of the chip's peak half-precision rate its matrix products reach, and the
+cost of one dispatched Metal operation, on the public runs of
+benchmarks/evidence/mac_throughput.csv marked `fit` (the elementwise traffic goes at
+the chip's bandwidth, from Apple's figures, not fitted); and report the error of the
 tokens per second predicted for the runs marked `heldout` (chosen by source before
-fitting). Writes the efficiency and the held-out range into
+fitting). Writes both figures and the held-out range into
 mlxfit/data/apple_chips.json and the table into benchmarks/results/chip_efficiency.md.
 
     PYTHONPATH=. python benchmarks/chip_efficiency.py
@@ -36,40 +38,51 @@ def run(row):
     return model, training
 
 
-def predicted_tokens_per_second(row, efficiency: float) -> float:
+def predicted_tokens_per_second(row, efficiency: float, seconds_per_op: float) -> float:
     model, training = run(row)
     chip = st.find_chip(row["chip"])
-    speed = st.Speed(chip.peak_operations * efficiency, chip.bandwidth, "", (1, 1), chip=chip.name)
+    speed = st.Speed(chip.peak_operations * efficiency, chip.bandwidth, "", (1, 1), chip=chip.name,
+                     seconds_per_op=seconds_per_op)
     seconds = st.step_time(model, training, speed, int(row["width"])).seconds
     return int(row["tokens_per_step"]) / seconds
+
+
+# The Metal operation's cost is searched on this grid (seconds), the efficiency finely for each.
+OP_GRID = [0.0, 1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4]
+EFFICIENCY_GRID = [i / 200 for i in range(4, 201)]
+
+
+def fit(rows) -> tuple[float, float]:
+    """(efficiency, seconds per operation) minimising the squared log error of the rows'
+    predicted tokens per second."""
+    best = None
+    for op in OP_GRID:
+        for eff in EFFICIENCY_GRID:
+            err = sum(math.log(predicted_tokens_per_second(r, eff, op) / float(r["tokens_per_sec"])) ** 2
+                      for r in rows)
+            if best is None or err < best[0]:
+                best = (err, eff, op)
+    return best[1], best[2]
 
 
 def main():
     rows = list(csv.DictReader(open(EVIDENCE, encoding="utf-8")))
     fit_rows = [r for r in rows if r["split"] == "fit"]
     held = [r for r in rows if r["split"] == "heldout"]
-    # Each fit run's efficiency: the share of the peak its measured step reached (compute only).
-    effs = []
-    for r in fit_rows:
-        model, training = run(r)
-        chip = st.find_chip(r["chip"])
-        unit = st.Speed(1.0, None, "", (1, 1))
-        ops = st.step_time(model, training, unit, int(r["width"])).seconds  # operations at 1 op/s
-        measured = int(r["tokens_per_step"]) / float(r["tokens_per_sec"])
-        effs.append(ops / (chip.peak_operations * measured))
-    fitted = math.exp(statistics.fmean(math.log(e) for e in effs))
+    fitted, per_op = fit(fit_rows)
     lines = ["# Apple chips: the fitted training efficiency and its held-out error", "",
              "Written by `PYTHONPATH=. python benchmarks/chip_efficiency.py` from "
              "`benchmarks/evidence/mac_throughput.csv` (sources and readings in its notes). The runs were split by "
-             "source before fitting: `fit` rows set the efficiency (the geometric mean of each run's share of its "
-             "chip's peak), `heldout` rows only test it.", "",
-             f"Fitted efficiency: **{fitted:.3f}** of the peak half-precision rate "
-             f"({len(fit_rows)} runs, {len({r['chip'] for r in fit_rows})} chips).", "",
+             "source before fitting: `fit` rows set the two fitted figures (least squares on the log of tokens per "
+             "second; the elementwise traffic counted in mlxfit/estimate/step_work.py goes at the chip's bandwidth, "
+             "not fitted), `heldout` rows only test them.", "",
+             f"Fitted: matrix products at **{fitted:.3f}** of the peak half-precision rate; **{per_op * 1e6:g} µs** "
+             f"per dispatched operation ({len(fit_rows)} runs, {len({r['chip'] for r in fit_rows})} chips).", "",
              "| split | chip | model | batch x width | reported tok/s | predicted tok/s | predicted / reported |",
              "|---|---|---|---|---|---|---|"]
     ratios = {"fit": [], "heldout": []}
     for r in fit_rows + held:
-        pred = predicted_tokens_per_second(r, fitted)
+        pred = predicted_tokens_per_second(r, fitted, per_op)
         ratio = pred / float(r["tokens_per_sec"])
         ratios[r["split"]].append(ratio)
         lines.append(f"| {r['split']} | {r['chip']} | {Path(r['model']).name} | {r['batch_size']} x {r['width']} | "
@@ -88,6 +101,7 @@ def main():
     table = json.loads(TABLE.read_text(encoding="utf-8"))
     table["efficiency"] = {
         "fitted": round(fitted, 4),
+        "seconds_per_op": per_op,
         "range": [round(low, 3), round(high, 3)],
         "fit_runs": len(fit_rows), "fit_chips": sorted({r["chip"] for r in fit_rows}),
         "heldout_runs": len(held), "heldout_chips": sorted({r["chip"] for r in held}),

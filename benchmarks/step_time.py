@@ -1,23 +1,28 @@
 """Predicted against measured step time on this machine.
 
-Configurations are drawn at random AFTER the model (mlxfit/estimate/step_time.py)
-was written: tiny Llama-shaped models (float32 mostly, a few bfloat16) of random
-width and depth, random batch, length, trained layers, LoRA or full, with and
-without --grad-checkpoint. Each is measured as probe --measure measures (a child
-process taking real mlx-lm steps), and the matmul rate is measured right before it,
-so prediction and measurement share the machine's state; the step time is the mean
-after the first step. The ratio measured / predicted is what is compared (the
-machine may be shared: absolute times drift, ratios less). DPO and GRPO runs are
-not drawn (their measurement needs mlx-lm-lora's trainers; not done here).
+Configurations are drawn at random AFTER the model (mlxfit/estimate/step_time.py and
+step_work.py) was written: tiny Llama-shaped models (float32 and bfloat16, the share
+--bfloat16) of random width and depth, random batch, length, trained layers, LoRA or
+full, with and without --grad-checkpoint; one predicted slower than --max-predicted
+seconds is drawn again (the whole run stays within minutes). Each is measured as
+probe --measure measures (a child process taking real mlx-lm steps), and the
+machine's rates (measure/rate.py: matmul, elementwise, exp, per operation) are
+measured right before and right after it, so prediction and measurement share the
+machine's state (the prediction uses the geometric mean of the two); the step time
+is the median of the steps after the first. The ratio measured / predicted is what
+is compared, the median over the repeats (the machine may be shared: absolute times
+drift, ratios less). DPO and GRPO runs are not drawn (their measurement needs
+mlx-lm-lora's trainers; not done here).
 
-    PYTHONPATH=. python benchmarks/step_time.py --seed 7 --runs 24 --repeats 2
-Writes benchmarks/results/step_time.md (and .json).
+    PYTHONPATH=. python benchmarks/step_time.py --seed 7 --runs 24 --repeats 2 --out step_time_blind
+Writes benchmarks/results/<out>.md (and .json).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import tempfile
@@ -26,25 +31,25 @@ from pathlib import Path
 
 from mlxfit.estimate import step_time as st
 from mlxfit.measure.parent import measure, request_for
-from mlxfit.measure.rate import matmul_rate
+from mlxfit.measure.rate import MachineRates, measure_rates
 from mlxfit.model.resolve import resolve_model
 from mlxfit.model.training import TrainingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "benchmarks" / "results" / "step_time"
+RESULTS = ROOT / "benchmarks" / "results"
 
 
-def draw(rng: random.Random, folder: Path, i: int):
+def draw(rng: random.Random, folder: Path, i: int, bfloat16: float = 0.15):
     hidden = rng.choice([64, 128, 256])
     heads = rng.choice([2, 4])
     layers = rng.choice([2, 4, 6])
-    dtype = "bfloat16" if rng.random() < 0.15 else "float32"
+    dtype = "bfloat16" if rng.random() < bfloat16 else "float32"
     config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": 2 * hidden + rng.choice([0, 64]),
               "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": heads,
               "vocab_size": rng.choice([256, 1024, 4096]), "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
               "torch_dtype": dtype}
     path = folder / f"m{i}"
-    path.mkdir()
+    path.mkdir(exist_ok=True)
     (path / "config.json").write_text(json.dumps(config))
     full = rng.random() < 0.25
     training = TrainingConfig(fine_tune_type="full" if full else "lora", num_layers=rng.choice([-1, 1, 2]),
@@ -53,27 +58,43 @@ def draw(rng: random.Random, folder: Path, i: int):
     return config, path, training
 
 
+def between(a: MachineRates, b: MachineRates) -> MachineRates:
+    """The geometric mean of the rates measured before and after a configuration."""
+    return MachineRates(*(math.sqrt(x * y) for x, y in zip(a.to_dict().values(), b.to_dict().values())))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--runs", type=int, default=24)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--bfloat16", type=float, default=0.15, help="share of bfloat16 models drawn")
+    ap.add_argument("--max-predicted", type=float, default=0.0, help="redraw a configuration predicted slower (s)")
+    ap.add_argument("--out", default="step_time")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
-            config, path, training = draw(rng, Path(tmp), i)
-            model = resolve_model(str(path))
+            while True:
+                config, path, training = draw(rng, Path(tmp), i, args.bfloat16)
+                model = resolve_model(str(path))
+                if not args.max_predicted:
+                    break
+                guess = measure_rates(config["torch_dtype"])
+                if st.step_time(model, training, st.measured_speed(guess)).seconds <= args.max_predicted:
+                    break
             ratios = []
             for _ in range(args.repeats):
-                rate = matmul_rate(config["torch_dtype"])
-                predicted = st.step_time(model, training, st.measured_speed(rate)).seconds
+                before = measure_rates(config["torch_dtype"])
                 m = measure(request_for(model, training, max_steps=args.steps, min_steps=args.steps), timeout=300)
+                rates = between(before, measure_rates(config["torch_dtype"]))
+                step = st.step_time(model, training, st.measured_speed(rates))
                 steady = m.step_seconds[1:] or m.step_seconds
-                measured = sum(steady) / len(steady)
-                ratios.append((measured / predicted, measured, predicted, rate))
+                measured = statistics.median(steady)
+                ratios.append((measured / step.seconds, measured, step.seconds, rates.matmul,
+                               {k: round(v, 5) for k, v in step.phases.items()}, rates.to_dict()))
             ratio = statistics.median(r[0] for r in ratios)
             row = {"config": config, "training": {k: v for k, v in training.to_dict().items()
                                                   if k in ("fine_tune_type", "num_layers", "batch_size",
@@ -87,13 +108,16 @@ def main():
 def write(args, rows):
     ratios = [r["ratio"] for r in rows]
     errors = [abs(r - 1) for r in ratios]
-    OUT.with_suffix(".json").write_text(json.dumps({"seed": args.seed, "rows": rows}, indent=1) + "\n")
+    out = RESULTS / args.out
+    out.with_suffix(".json").write_text(json.dumps({"seed": args.seed, "rows": rows}, indent=1) + "\n")
     lines = ["# Step time: predicted against measured on this machine", "",
              f"`PYTHONPATH=. python benchmarks/step_time.py --seed {args.seed} --runs {args.runs} --repeats "
-             f"{args.repeats} --steps {args.steps}`: {len(rows)} of {args.runs} configurations drawn after the model was written "
-             "(tiny Llama shapes, float32 and bfloat16, LoRA and full, lengths 64-512, 1-6 blocks, with and without "
-             "checkpointing), each measured as probe --measure does, beside a matmul rate measured just before it. "
-             "Ratio = measured / predicted step time (mean after the first step), median over the repeats.", "",
+             f"{args.repeats} --steps {args.steps} --bfloat16 {args.bfloat16} --max-predicted {args.max_predicted} "
+             f"--out {args.out}`: {len(rows)} of {args.runs} configurations "
+             "(tiny Llama shapes, float32 and bfloat16, LoRA and full, lengths 64-512, 2-6 blocks, with and without "
+             "checkpointing), each measured as probe --measure does, beside the machine's rates measured just before "
+             "and after it. Ratio = measured / predicted step time (the median step after the first), median over "
+             "the repeats.", "",
              f"Median ratio {statistics.median(ratios):.2f}; median error {statistics.median(errors):.0%}, "
              f"worst {max(errors):.0%}.", "",
              "| dtype | hidden x blocks | type | layers | batch x length | checkpoint | measured s | predicted s | ratio |",
@@ -105,7 +129,7 @@ def write(args, rows):
         lines.append(f"| {c['torch_dtype']} | {c['hidden_size']} x {c['num_hidden_layers']} | {t['fine_tune_type']} | "
                      f"{t['num_layers']} | {t['batch_size']} x {t['max_seq_length']} | {t['grad_checkpoint']} | "
                      f"{measured:.4f} | {predicted:.4f} | {r['ratio']:.2f} |")
-    OUT.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -173,7 +173,7 @@ def measured_pace(plan, resolved, measurement, iters=None, stats=None, valid_sta
     if measurement.method != "full" or not steady or plan.model.architecture is None:
         return None
     step = sum(steady) / len(steady)
-    here = whole_run_time(plan, resolved, step_time.measured_speed(local_rate(plan)[0]), iters, stats, valid_stats)
+    here = whole_run_time(plan, resolved, step_time.measured_speed(local_rates(plan)[0]), iters, stats, valid_stats)
     scale = step / here.step.seconds if here.step.seconds else 1.0
     return {"tokens_per_second": round(measurement.tokens_per_second, 1), "step_seconds": round(step, 4),
             "predicted_step_seconds": round(here.step.seconds, 4), "run_seconds": round(here.seconds * scale, 1),
@@ -193,7 +193,7 @@ def run_speed(plan, machine, chip=None):
     if machine.hypothetical:
         found = step_time.chip_for_memory(machine.total_bytes) if machine.backend == "metal" else None
         return step_time.chip_speed(found) if found else None
-    return step_time.measured_speed(local_rate(plan)[0])
+    return step_time.measured_speed(local_rates(plan)[0])
 
 
 def whole_run_time(plan, resolved, speed, iters=None, stats=None, valid_stats=None, grad_checkpoint=None):
@@ -213,22 +213,24 @@ def whole_run_time(plan, resolved, speed, iters=None, stats=None, valid_stats=No
         valid_batches=len(valid_stats.batch_widths) if valid_stats is not None else None)
 
 
-_RATES: dict = {}
-
-
 def local_rate(plan=None, model=None, training=None) -> tuple[float, str]:
-    """This machine's matmul rate for the run's dtype (measured once a process) and the dtype's name."""
-    from .measure.rate import matmul_rate
+    """This machine's matmul rate for the run's dtype and the dtype's name."""
+    rates, name = local_rates(plan, model, training)
+    return rates.matmul, name
+
+
+def local_rates(plan=None, model=None, training=None):
+    """This machine's rates for the run's dtype (measure/rate.py MachineRates: measured
+    once per machine and kept in mlxfit's cache) and the dtype's name."""
+    from .measure.rate import machine_rates
     from .model.lazy_model import checkpoint_dtype
 
     if plan is not None:
         model, training = plan.model, plan.training
     bits = model.bits if model.quantized else (training.bits if training.quantize else None)
     dtype = str(checkpoint_dtype(model.config or {})).split(".")[-1]  # the activations' dtype
-    key = (dtype, bits, model.group_size or training.group_size)
-    if key not in _RATES:
-        _RATES[key] = matmul_rate(*key)
-    return _RATES[key], (f"{bits}-bit" if bits else dtype)
+    rates = machine_rates(dtype, bits, model.group_size or training.group_size)
+    return rates, (f"{bits}-bit" if bits else dtype)
 
 
 def refuse_data_flags_without_data(data, **given) -> None:

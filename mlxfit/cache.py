@@ -15,3 +15,29 @@ def cache_dir() -> Path:
         return Path.home() / "Library" / "Caches" / "mlxfit"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mlxfit"
+
+
+def remembered(name: str, key: str, compute):
+    """The value stored under `key` in the cache's `name`.json, else compute() stored
+    there first (a JSON value). A cache that cannot be read or written is recomputed."""
+    import json
+
+    path = cache_dir() / f"{name}.json"
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        stored = {}
+    if not isinstance(stored, dict):
+        stored = {}
+    if key in stored:
+        return stored[key]
+    value = compute()
+    stored[key] = value
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass
+    return value

@@ -1,17 +1,21 @@
 """How long a training step takes, by phase, and how fast the machine runs one.
 
-A step's time is the operations of its phases (counted in duration.py from the
+A step's time is the matrix products of its phases (counted in duration.py from the
 architecture: the forward pass, the attention, the backward pass, checkpointing's
 second forward; a DPO step's reference forwards over chosen and rejected rows; a
-GRPO step's generation, token by token) over the machine's operation rate, and
-never less than the time to read the weights once at the machine's memory
+GRPO step's generation, token by token) over the machine's matmul rate, plus the
+rest of what the step runs (step_work.py): its elementwise passes over the
+activations at the machine's elementwise rate, its exps at the machine's exp rate
+where it has one, and its dispatched operations at the machine's cost per
+operation; never less than the time to read the weights once at the memory
 bandwidth (a small batch on a Mac waits on memory, not on arithmetic).
 
-The rate is a `Speed`: on this machine the matmul rate measured here (the caller
-measures it, mlxfit/measure/rate.py, and passes it in: nothing here runs or times
-anything); on a named Mac its peak half-precision rate and bandwidth from
-mlxfit/data/apple_chips.json, at the efficiency fitted on public mlx-lm logs
-(benchmarks/chip_efficiency.py writes it, with its error on the runs the fit did
+The rates are a `Speed`: on this machine, measured here (the caller measures them,
+mlxfit/measure/rate.py, and passes them in: nothing here runs or times anything); on
+a named Mac its peak half-precision rate and bandwidth from
+mlxfit/data/apple_chips.json, with two figures fitted on public mlx-lm logs: the
+share of the peak its products reach and the cost of one Metal operation
+(benchmarks/chip_efficiency.py writes them, with the error on the runs the fit did
 not see, which is the range). Pure functions: they return data and never print.
 """
 
@@ -25,12 +29,13 @@ from ..errors import BadInput
 from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
 from .duration import forward_operations, phase_operations
+from .step_work import Work, forward_work, step_work
 
-MEASURED_BASIS = "measured matmul rate on this machine"
-# The spread of measured over predicted step time on this machine, from
-# benchmarks/results/step_time.md (a factor on the predicted seconds): tiny models run
-# far slower than their matrix products, which are all that is counted yet.
-MEASURED_RANGE = (1.5, 30.0)
+MEASURED_BASIS = "rates measured on this machine"
+# The spread of measured over predicted step time on this machine (a factor on the
+# predicted seconds): the blind set of benchmarks/results/step_time.md, 22 configurations
+# drawn after the model was frozen (0.74-3.09).
+MEASURED_RANGE = (0.7, 3.1)
 
 
 @dataclass(frozen=True)
@@ -81,20 +86,24 @@ def chip_for_memory(total_bytes: int) -> Chip | None:
 class Speed:
     """How fast a machine runs a step's work."""
 
-    operations_per_second: float
-    bytes_per_second: float | None  # memory bandwidth; None: no floor
-    basis: str  # "measured matmul rate on this machine" | "M3 Max, fitted efficiency"
+    operations_per_second: float  # matrix products
+    bytes_per_second: float | None  # elementwise traffic, and the floor of reading the weights; None: neither
+    basis: str  # "rates measured on this machine" | "M3 Max, fitted efficiency"
     range: tuple[float, float]  # measured over predicted seconds, lowest and highest expected
     chip: str | None = None
+    transcendentals_per_second: float | None = None  # exps apart from the traffic; None: in it
+    seconds_per_op: float = 0.0  # dispatching one operation
 
     def to_dict(self) -> dict:
         return {"operations_per_second": self.operations_per_second, "bytes_per_second": self.bytes_per_second,
-                "basis": self.basis, "chip": self.chip}
+                "transcendentals_per_second": self.transcendentals_per_second,
+                "seconds_per_op": self.seconds_per_op, "basis": self.basis, "chip": self.chip}
 
 
-def measured_speed(rate: float) -> Speed:
-    """This machine, at the matmul rate the caller measured here."""
-    return Speed(rate, None, MEASURED_BASIS, MEASURED_RANGE)
+def measured_speed(rates) -> Speed:
+    """This machine, at the rates the caller measured here (measure/rate.py MachineRates)."""
+    return Speed(rates.matmul, rates.elementwise, MEASURED_BASIS, MEASURED_RANGE,
+                 transcendentals_per_second=rates.transcendental, seconds_per_op=rates.operation)
 
 
 def fitted_efficiency() -> dict:
@@ -109,7 +118,7 @@ def chip_speed(chip: Chip) -> Speed:
     """A named Mac: its peak at the fitted efficiency, its bandwidth as the floor."""
     fit = fitted_efficiency()
     return Speed(chip.peak_operations * fit["fitted"], chip.bandwidth, f"{chip.name}, fitted efficiency",
-                 tuple(fit["range"]), chip=chip.name)
+                 tuple(fit["range"]), chip=chip.name, seconds_per_op=fit.get("seconds_per_op", 0.0))
 
 
 @dataclass(frozen=True)
@@ -137,11 +146,24 @@ def _floor(model: ModelInfo, training: TrainingConfig, speed: Speed) -> float:
     return counted_totals(model, training)[0] / speed.bytes_per_second
 
 
+def elementwise_seconds(work: Work, speed: Speed) -> float:
+    """The passes over the activations at the elementwise rate, and the exps at theirs."""
+    seconds = work.traffic_bytes / speed.bytes_per_second if speed.bytes_per_second else 0.0
+    if speed.transcendentals_per_second:
+        seconds += work.transcendentals / speed.transcendentals_per_second
+    return seconds
+
+
+def _with_work(phases: dict, work: Work, speed: Speed) -> dict:
+    return {**phases, "elementwise": elementwise_seconds(work, speed), "dispatch": work.ops * speed.seconds_per_op}
+
+
 def step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, length: int | None = None) -> StepTime:
     """An SFT step (mlx_lm.lora) whose batch is `length` tokens wide (default max_seq_length)."""
     ops = phase_operations(model, training, length)
     rate = speed.operations_per_second
-    return StepTime({k: v / rate for k, v in ops.items()}, sum(ops.values()), _floor(model, training, speed))
+    phases = _with_work({k: v / rate for k, v in ops.items()}, step_work(model, training, length), speed)
+    return StepTime(phases, sum(ops.values()), _floor(model, training, speed))
 
 
 def dpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, length: int | None = None) -> StepTime:
@@ -152,10 +174,17 @@ def dpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, leng
     width = min(length or training.max_seq_length, training.max_seq_length)
     reference = forward_operations(model, max(width - 1, 1), rows)
     rate = speed.operations_per_second
-    phases = {k: v / rate for k, v in policy.items()}
+    work = step_work(model, training, length, sequences=rows) + forward_work(model, max(width - 1, 1), rows)
+    phases = _with_work({k: v / rate for k, v in policy.items()}, work, speed)
     phases["reference"] = reference / rate
     floor = 2 * _floor(model, training, speed)  # the policy's and the reference's weights
     return StepTime(phases, sum(policy.values()) + reference, floor)
+
+
+def _forward_seconds(model: ModelInfo, length: int, rows: int, speed: Speed) -> float:
+    work = forward_work(model, length, rows)
+    return (forward_operations(model, length, rows) / speed.operations_per_second + elementwise_seconds(work, speed)
+            + work.ops * speed.seconds_per_op)
 
 
 def grpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, prompt_length: int,
@@ -166,21 +195,21 @@ def grpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, pro
     rows = training.batch_size // training.hosts * group_size
     width = prompt_length + completion_length
     rate = speed.operations_per_second
-    per_token = forward_operations(model, 1, rows) / rate
+    per_token = _forward_seconds(model, 1, rows, speed)
     read = _floor(model, training, speed)
     generation = completion_length * max(per_token, read)
-    generation += forward_operations(model, prompt_length, rows) / rate  # the prompts' prefill
-    policy = phase_operations(model, replace(training, max_seq_length=max(training.max_seq_length, width)), width,
-                              sequences=rows)
-    reference = forward_operations(model, width, rows)
-    phases = {"generation": generation, "reference": reference / rate}
-    phases.update({k: v / rate for k, v in policy.items()})
-    ops = sum(policy.values()) + reference + forward_operations(model, 1, rows) * completion_length
+    generation += _forward_seconds(model, prompt_length, rows, speed)  # the prompts' prefill
+    policy_training = replace(training, max_seq_length=max(training.max_seq_length, width))
+    policy = phase_operations(model, policy_training, width, sequences=rows)
+    phases = {"generation": generation, "reference": _forward_seconds(model, width, rows, speed)}
+    phases.update(_with_work({k: v / rate for k, v in policy.items()},
+                             step_work(model, policy_training, width, sequences=rows), speed))
+    ops = sum(policy.values()) + forward_operations(model, width, rows) + forward_operations(model, 1, rows) * completion_length
     return StepTime(phases, ops, 2 * read)
 
 
 def evaluation_seconds(model: ModelInfo, training: TrainingConfig, speed: Speed, width: int) -> float:
     """One validation batch: a forward pass of batch_size rows `width` tokens wide."""
     rows = training.batch_size // training.hosts
-    ops = forward_operations(model, max(min(width, training.max_seq_length) - 1, 1), rows)
-    return max(ops / speed.operations_per_second, _floor(model, training, speed))
+    return max(_forward_seconds(model, max(min(width, training.max_seq_length) - 1, 1), rows, speed),
+               _floor(model, training, speed))

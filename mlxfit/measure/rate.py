@@ -1,10 +1,14 @@
-"""A quick measured rate of this machine: how many operations per second a matrix
-product runs at in a model's dtype (a quantized product for a quantized base),
-on MLX's default device. Takes a fraction of a second, allocates a few MB."""
+"""Quick measured rates of this machine, on MLX's default device, in a model's dtype:
+how many operations per second a matrix product runs at (a quantized product for a
+quantized base), how many bytes per second a large elementwise operation moves, how
+many exps per second it computes, and what one tiny operation costs. Each takes a
+fraction of a second and a few MB; `machine_rates` measures them once per machine
+(CPU, backend, MLX version, dtype) and keeps them in mlxfit's cache."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, dataclass
 
 SIZE = 256  # rows and columns of the first product; grown until one run takes long enough
 MIN_SECONDS = 0.05
@@ -41,3 +45,116 @@ def matmul_rate(dtype: str = "bfloat16", bits: int | None = None, group_size: in
                 mx.eval(run())
             return 2 * n**3 * repeats / max(time.perf_counter() - tic, 1e-9)
         n *= 2
+
+
+ELEMENTS = 1 << 22  # of the elementwise and exp runs: 16 MB in float32, past the caches
+CHAIN = 200  # tiny operations in a chain
+
+
+def _kind(dtype: str):
+    import mlx.core as mx
+
+    return {"float32": mx.float32, "float16": mx.float16}.get(dtype, mx.bfloat16)
+
+
+def _best_seconds(run, repeats: int = 3) -> float:
+    import mlx.core as mx
+
+    mx.eval(run())  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        tic = time.perf_counter()
+        mx.eval(run())
+        best = min(best, time.perf_counter() - tic)
+    return max(best, 1e-9)
+
+
+def elementwise_rate(dtype: str = "bfloat16") -> float:
+    """Bytes per second an elementwise add moves (reads one array, writes one)."""
+    import mlx.core as mx
+
+    x = mx.random.normal((ELEMENTS,)).astype(_kind(dtype))
+    mx.eval(x)
+    return 2 * ELEMENTS * x.itemsize / _best_seconds(lambda: x + 1)
+
+
+def transcendental_rate(dtype: str = "bfloat16", elements: int = ELEMENTS // 8) -> float:
+    """Elements per second mx.exp computes."""
+    import mlx.core as mx
+
+    x = mx.random.normal((elements,)).astype(_kind(dtype))
+    mx.eval(x)
+    return elements / _best_seconds(lambda: mx.exp(x))
+
+
+def operation_seconds() -> float:
+    """Seconds one tiny operation costs in a chain evaluated at once (dispatch, not work)."""
+    import mlx.core as mx
+
+    x = mx.ones((8,))
+    mx.eval(x)
+
+    def chain():
+        y = x
+        for _ in range(CHAIN):
+            y = y + 1
+        return y
+
+    return _best_seconds(chain) / CHAIN
+
+
+@dataclass(frozen=True)
+class MachineRates:
+    """This machine's rates for one dtype (and bits, for a quantized product)."""
+
+    matmul: float  # operations per second
+    elementwise: float  # bytes per second
+    transcendental: float  # exps per second
+    operation: float  # seconds per tiny operation
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure_rates(dtype: str = "bfloat16", bits: int | None = None, group_size: int = 64) -> MachineRates:
+    """All four, measured now."""
+    return MachineRates(matmul_rate(dtype, bits, group_size), elementwise_rate(dtype), transcendental_rate(dtype),
+                        operation_seconds())
+
+
+def machine_key(dtype: str, bits: int | None = None, group_size: int = 64) -> str:
+    """What the rates depend on: the processor, MLX's device and version, the dtype."""
+    import platform
+
+    import mlx.core as mx
+
+    return "|".join([_processor() or platform.machine(), str(mx.default_device()), mx.__version__, dtype,
+                     f"{bits}-bit/{group_size}" if bits else "float"])
+
+
+def _processor() -> str:
+    import platform
+    import subprocess
+
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    if platform.system() == "Darwin":
+        try:
+            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                  timeout=2).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor()
+
+
+def machine_rates(dtype: str = "bfloat16", bits: int | None = None, group_size: int = 64) -> MachineRates:
+    """This machine's rates, measured the first time and read from mlxfit's cache after."""
+    from ..cache import remembered
+
+    stored = remembered("machine_rates", machine_key(dtype, bits, group_size),
+                        lambda: measure_rates(dtype, bits, group_size).to_dict())
+    return MachineRates(**stored)

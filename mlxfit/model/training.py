@@ -81,7 +81,8 @@ class TrainingConfig:
             return total_layers
         if self.num_layers > total_layers:
             raise BadInput(
-                f"Requested to train {self.num_layers} layers but the model only has {total_layers} layers"
+                f"Requested to train {self.num_layers} layers but the model only has {total_layers} layers "
+                f"(mlx-lm's default is 16): give --num-layers {total_layers} or fewer, or -1 for all"
             )
         return self.num_layers
 
