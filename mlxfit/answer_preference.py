@@ -108,7 +108,7 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
         run = replace(run, prompt_length=prompt_length)
     backend = backend or machine.backend
     counted = est.shapes(model, run, length, prompt_length)
-    if uncounted(counted):  # a few seconds of miniatures, shown as a measurement
+    if uncounted(counted):  # tens of seconds of miniatures for a shape not shipped, shown as a measurement
         with progress.measurement() as on_event:
             logits_buffers_many(counted, on_event)
     estimate = est.estimate_run(model, run, backend, length, reference, prompt_length)

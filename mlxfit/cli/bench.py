@@ -329,7 +329,8 @@ def plan_preference(pref_lib, model, runs, machine, reserve, backend: str, measu
                     quiet: bool = False):
     """Each run's estimate and action; a run this machine cannot hold is refused by
     mlxfit.answer_preference's rule, as probe --measure refuses it. The runs' logits
-    are first counted on miniatures (a few seconds a graph shape, shown)."""
+    are first counted on miniatures (shipped for the catalog at mlx-lm-lora's defaults;
+    another shape takes tens of seconds the first time, said before it starts)."""
     from .. import answer_preference
     from ..estimate import preference as est
     from ..measure.miniature import logits_buffers_many, uncounted

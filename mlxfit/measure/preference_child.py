@@ -237,7 +237,7 @@ def measure_miniatures(requests: list) -> list:
 
 
 def main() -> None:
-    from ..model.mlx_lm_modules import quiet_transformers
+    from ..model.transformers_notices import quiet_transformers
 
     quiet_transformers()  # mlx-lm-lora imports transformers: a failure's last line is then its own
     serve(run)

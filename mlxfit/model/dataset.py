@@ -507,7 +507,7 @@ def _tokenizer_folder(model) -> tuple[Path | None, str]:
 
 def _load_wrapped(folder: Path, trust_remote_code: bool):
     """mlx_lm.utils.load's tokenizer step: load_tokenizer with the config's eos ids."""
-    from .mlx_lm_modules import quiet_transformers
+    from .transformers_notices import quiet_transformers
 
     quiet_transformers()
     from mlx_lm.utils import load_config

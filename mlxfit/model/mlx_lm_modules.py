@@ -15,16 +15,6 @@ import importlib.util
 import os
 import sys
 
-def quiet_transformers() -> None:
-    """Before anything imports transformers (a tokenizer, mlx-lm-lora): its notices are
-    about its own PyTorch models, which mlxfit never uses ("[transformers] PyTorch was not
-    found. Models won't be available ..." at import), so they are kept off mlxfit's output;
-    its errors still raise. A value the user set for either variable is kept. The
-    environment carries it to the measuring processes started afterwards."""
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # transformers/utils/logging.py warning_advice
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its logger's level when first configured
-
-
 # mlx_lm/utils.py: MODEL_REMAPPING and MODEL_ARCHITECTURE_REMAPPING (copied:
 # importing mlx_lm.utils imports transformers; tests/test_lazy_model.py pins both).
 MODEL_REMAPPING = {

@@ -237,7 +237,7 @@ def read_data(data: str, run: PreferenceRun, choice) -> PreferenceData:
     require_extra("--data with --train-mode " + run.mode)
     import types
 
-    from .mlx_lm_modules import quiet_transformers
+    from .transformers_notices import quiet_transformers
 
     quiet_transformers()
     from mlx_lm_lora.trainer.datasets import create_dataset

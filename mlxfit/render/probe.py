@@ -510,13 +510,9 @@ def render_answer(answer, verbose: bool = False) -> None:
         render_brief_remedies(answer.plan)
         if answer.comparison is not None:
             measurement.render_comparison(answer.comparison, verbose=False)
+        render_time(answer.time, answer.time_checkpointed, answer.measured_time)
         render_advice(answer.advice)
-        inputs.render_config_notes(answer.resolved)
-        inputs.render_input_warnings(answer.warnings)
-        if answer.stats is not None:
-            inputs.render_data(answer.stats)
-        if answer.validation is not None:
-            inputs.render_validation(answer.validation)
+        render_given(answer)
         render_context(answer.plan, nodes)
         if answer.plan.reference is not None:
             render_reference(answer.plan)
@@ -524,12 +520,7 @@ def render_answer(answer, verbose: bool = False) -> None:
             render_hosts(answer.host_checks)
         console.print("[dim]-v shows the parts, the rule of thumb and every change · GB = 10^9 bytes.[/]")
         return
-    inputs.render_config_notes(answer.resolved)
-    inputs.render_input_warnings(answer.warnings)
-    if answer.stats is not None:
-        inputs.render_data(answer.stats)
-    if answer.validation is not None:
-        inputs.render_validation(answer.validation)
+    render_given(answer)
     render_plan(answer.plan, nodes=nodes, longest=answer.longest)
     render_time(answer.time, answer.time_checkpointed, answer.measured_time)
     render_advice(answer.advice)
@@ -538,6 +529,19 @@ def render_answer(answer, verbose: bool = False) -> None:
     if answer.comparison is not None:
         measurement.render_comparison(answer.comparison)
     render_units_note()
+
+
+def render_given(answer) -> None:
+    """What probe was given beyond the model: the config's notes, warnings, --data and
+    its validation set."""
+    from . import inputs
+
+    inputs.render_config_notes(answer.resolved)
+    inputs.render_input_warnings(answer.warnings)
+    if answer.stats is not None:
+        inputs.render_data(answer.stats)
+    if answer.validation is not None:
+        inputs.render_validation(answer.validation)
 
 
 # --- the first answer: one screen ---------------------------------------------------
