@@ -33,11 +33,12 @@ def remembered(name: str, key: str, compute):
         return stored[key]
     value = compute()
     stored[key] = value
+    from .files import write_atomically
+
+    text = (json.dumps(stored, indent=1, sort_keys=True) + "\n").encode("utf-8")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_atomically(path, lambda out: out.write(text))
     except OSError:
         pass
     return value

@@ -493,7 +493,7 @@ def test_a_cache_that_cannot_be_written_loses_no_measurement(tmp_path, monkeypat
     data = json.loads(result.stdout)
     assert data["measured"]["peak_with_load_bytes"] > 0
     assert data["note"].startswith("not stored for calibration: cannot write")
-    text = " ".join(CliRunner().invoke(cli, args).stdout.split())
+    text = " ".join(CliRunner().invoke(cli, [*args, "-v"]).stdout.split())
     assert "Measured verdict:" in text and "the measurement was not stored for calibration" in text
 
 
