@@ -183,7 +183,8 @@ def measured_pace(plan, resolved, measurement, iters=None, stats=None, valid_sta
 def run_speed(plan, machine, chip=None):
     """How fast the run goes where it is planned: a named chip (--chip, or the one
     chip sold with --memory's size) at the fitted efficiency; this machine at its
-    matmul rate, measured now; None where neither is known (another machine, no chip)."""
+    rates (measured once, then cached); None where neither is known (another machine,
+    no chip)."""
     from .estimate import step_time
 
     if plan.model.architecture is None:
@@ -248,7 +249,6 @@ def checked_run(model, training, mode: str = "sft", *, hostfile=None, by_slice=F
     what its trainer cannot do (mlx-lm-lora's: per-node plans, slices, skipped lines), then
     its settings against the model (context length, layers, LoRA keys). Returns the
     warnings; raises BadInput on what cannot be right."""
-    from .errors import BadInput
     from .model.runconfig import check_against_model
 
     if mode != "sft":
@@ -397,11 +397,10 @@ def sweep_duration(model, planned, timeout, steps, local_usable) -> tuple[float,
             continue
         rate, dtype = local_rate(model=model, training=p.training)
         expectation = duration.expect(model, p.training, None, rate, dtype, MIN_STEPS, steps)
-        refusal = duration.too_long(expectation, timeout)
+        refusal = duration.too_long(expectation, timeout, refusing="refusing the sweep: the run of", sliceable=False)
         if refusal:
             t = p.training
-            refusal = refusal.replace(", or --slice to measure a slice of the model (a few real-width blocks)", "")
-            raise MlxfitError(f"{refusal.replace('refusing to measure:', 'refusing the sweep: the run of')} "
+            raise MlxfitError(f"{refusal} "
                               f"(batch {t.batch_size}, length {t.max_seq_length}, {t.method}"
                               f"{', checkpointed' if t.grad_checkpoint else ''}); or drop it from the sweep, or "
                               "add --estimate-only")

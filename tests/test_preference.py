@@ -205,6 +205,14 @@ def test_measure_without_the_extra_says_what_to_install(monkeypatch):
 
 # -- data, read with mlx-lm-lora's dataset classes -----------------------------------------
 
+def llama_with_tokenizer(tmp_path, tokenizer_folder):
+    """A folder with the tiny Llama's config.json beside a real tokenizer."""
+    folder = tmp_path / "m"
+    shutil.copytree(tokenizer_folder, folder)
+    (folder / "config.json").write_text(json.dumps(TINY["llama"]))
+    return folder
+
+
 @needs_rl
 def test_data_widest_batch_as_mlx_lm_lora_batches_it(tmp_path, tokenizer_folder):
     from mlx_lm_lora.trainer.datasets import create_dataset
@@ -212,9 +220,7 @@ def test_data_widest_batch_as_mlx_lm_lora_batches_it(tmp_path, tokenizer_folder)
 
     from mlxfit.model.dataset import load_tokenizer
 
-    folder = tmp_path / "m"
-    shutil.copytree(tokenizer_folder, folder)
-    (folder / "config.json").write_text(json.dumps(TINY["llama"]))
+    folder = llama_with_tokenizer(tmp_path, tokenizer_folder)
     data = tmp_path / "data"
     data.mkdir()
     rows = [{"prompt": "the quick fox " * (i + 1), "chosen": "a model " * (3 * i + 1), "rejected": "dog " * i} for i in range(6)]
@@ -235,9 +241,7 @@ def test_data_widest_batch_as_mlx_lm_lora_batches_it(tmp_path, tokenizer_folder)
 
 @needs_rl
 def test_preference_data_not_in_utf8_is_one_line(tmp_path, tokenizer_folder):
-    folder = tmp_path / "m"
-    shutil.copytree(tokenizer_folder, folder)
-    (folder / "config.json").write_text(json.dumps(TINY["llama"]))
+    folder = llama_with_tokenizer(tmp_path, tokenizer_folder)
     data = tmp_path / "train.jsonl"
     data.write_bytes('{"prompt": "caf\xe9", "chosen": "a", "rejected": "b"}\n'.encode("latin-1"))
     result = CliRunner().invoke(cli, ["probe", "--model", str(folder), "--train-mode", "dpo", "--data", str(data)])

@@ -153,14 +153,15 @@ def span(e: Expectation) -> str:
     return f"about {low}" if low == high else f"about {low}-{high}"
 
 
-def too_long(e: Expectation, timeout: float) -> str | None:
-    """Why the measurement would not finish within --timeout (None: it would)."""
+def too_long(e: Expectation, timeout: float, refusing: str = "refusing to measure", sliceable: bool = True) -> str | None:
+    """Why the measurement would not finish within --timeout (None: it would): `refusing`
+    opens the reason; `sliceable` offers --slice (probe's, not bench's sweep)."""
     import math
 
     from ..units import format_seconds
 
     if e.low_seconds <= timeout:
         return None
-    return (f"refusing to measure: {words(e)} take about {format_seconds(e.low_seconds)} or more, past --timeout "
-            f"{timeout:g} s; give --timeout {math.ceil(e.high_seconds * 1.2)} or more, or --slice to measure a "
-            "slice of the model (a few real-width blocks)")
+    slice_words = ", or --slice to measure a slice of the model (a few real-width blocks)" if sliceable else ""
+    return (f"{refusing}: {words(e)} take about {format_seconds(e.low_seconds)} or more, past --timeout "
+            f"{timeout:g} s; give --timeout {math.ceil(e.high_seconds * 1.2)} or more{slice_words}")

@@ -158,7 +158,8 @@ def expected_seconds(blocks: list[int]) -> float:
 def _remember_rate(seconds: float, blocks: list[int]) -> None:
     try:
         _rate_store().parent.mkdir(parents=True, exist_ok=True)
-        _rate_store().write_text(json.dumps({"slower": seconds / _project_seconds(blocks)}))
+        text = json.dumps({"slower": seconds / _project_seconds(blocks)})
+        write_atomically(_rate_store(), lambda f: f.write(text.encode()))
     except OSError:
         pass
 

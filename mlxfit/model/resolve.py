@@ -369,7 +369,7 @@ def from_hub(repo_id: str) -> ModelInfo:
     from huggingface_hub import constants
 
     proxy = _proxy_for(constants.ENDPOINT)
-    if not constants.HF_HUB_OFFLINE and not _reachable(proxy or constants.ENDPOINT):
+    if not constants.HF_HUB_OFFLINE and not _reachable(constants.ENDPOINT):
         unreachable = (f"the proxy {proxy} (from the environment) cannot be reached" if proxy
                        else f"{constants.ENDPOINT} cannot be reached (offline?)")
         raise MlxfitError(
@@ -416,7 +416,7 @@ def hub_weight_files(repo_id: str, revision: str | None) -> tuple[WeightFiles | 
 
     if constants.HF_HUB_OFFLINE:
         return None, "offline (HF_HUB_OFFLINE): the weight files' headers are not in mlxfit's cache"
-    if not _reachable(_proxy_for(constants.ENDPOINT) or constants.ENDPOINT):
+    if not _reachable(constants.ENDPOINT):
         return None, f"{constants.ENDPOINT} cannot be reached: the weight files' headers could not be fetched"
     try:
         with _quiet_hub():
@@ -446,7 +446,7 @@ def fetch_tokenizer(repo_id: str) -> tuple[Path | None, str]:
         return None, "huggingface_hub is missing"
     if constants.HF_HUB_OFFLINE:
         return None, f"the tokenizer of {repo_id} is not in the Hugging Face cache, and HF_HUB_OFFLINE is set"
-    if not _reachable(_proxy_for(constants.ENDPOINT) or constants.ENDPOINT):
+    if not _reachable(constants.ENDPOINT):
         return None, f"the tokenizer of {repo_id} is not in the Hugging Face cache, and {constants.ENDPOINT} cannot be reached"
 
     def fetch(name: str) -> Path | None:
@@ -473,13 +473,14 @@ def fetch_tokenizer(repo_id: str) -> tuple[Path | None, str]:
     return tokenizer.parent, "fetched from the Hugging Face Hub"
 
 
-def _reachable(url: str, timeout: float = HUB_TIMEOUT_S) -> bool:
-    """Can a connection to the hub, or to the proxy that leads to it, be opened at all?
-    (huggingface_hub retries a failed lookup five times, 8 s apart, before it gives up.)"""
+def _reachable(endpoint: str, timeout: float = HUB_TIMEOUT_S) -> bool:
+    """Can a connection to the hub, or to the proxy the environment names for it, be
+    opened at all? (huggingface_hub retries a failed lookup five times, 8 s apart,
+    before it gives up.)"""
     import socket
     from urllib.parse import urlparse
 
-    parsed = urlparse(url)
+    parsed = urlparse(_proxy_for(endpoint) or endpoint)
     port = parsed.port or {"https": 443, "socks5": 1080, "socks5h": 1080}.get(parsed.scheme, 80)
     try:
         socket.create_connection((parsed.hostname, port), timeout=timeout).close()
