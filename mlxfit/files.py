@@ -23,7 +23,11 @@ def read_text(path, what: str = "", error: type[MlxfitError] = MlxfitError) -> s
     path = Path(path)
     name = f"{what} {path}" if what else str(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            head = f.read(8192)
+            if b"\0" in head:  # a weights file given as a config is refused before gigabytes are read
+                raise error(f"{name} is a binary file, not UTF-8 text")
+            data = head + f.read()
     except OSError as e:
         raise error(f"cannot read {name}: {e.strerror or e}") from e
     try:

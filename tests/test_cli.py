@@ -491,3 +491,13 @@ def test_the_least_sure_kind_says_so():
     for flags in (["--max-seq-length", "512", "--grad-checkpoint"], ["--max-seq-length", "2048"]):
         assert not any("least sure kind" in note for note in run_json("probe", "--method", "full", *flags)["advice"])
     assert not any("least sure kind" in n for n in run_json("probe", "--grad-checkpoint", "--max-seq-length", "2048")["advice"])
+
+
+def test_weights_file_as_model_is_refused_unread(tmp_path):
+    weights = tmp_path / "model.safetensors"
+    with weights.open("wb") as f:  # a header, then 64 GiB of holes: read whole, it would not fit in memory
+        f.write(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+        f.truncate(64 << 30)
+    result = CliRunner().invoke(cli, ["probe", "--model", str(weights)])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: {weights} is a binary file, not UTF-8 text"
