@@ -74,9 +74,11 @@ def format_operations(n: float) -> str:
 
 
 def format_seconds(s: float) -> str:
-    """A duration to the unit a person reads it in: 40 s, 12 min, 3.1 h."""
+    """A duration to the unit a person reads it in: 40 s, 12 min, 3.1 h, 4.2 days."""
     if s < 90:
         return f"{s:.0f} s"
     if s < 90 * 60:
         return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
+    if s < 48 * 3600:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"

@@ -102,3 +102,11 @@ def test_fits_rule_estimates_are_judged_on_their_range(platform):
     for row in table["rows"]:
         for e in row["estimates"]:
             assert e["verdict"] == judge(*e["predicted_range_bytes"], usable).value
+
+
+@pytest.mark.parametrize("seconds, said", [(40, "40 s"), (12 * 60, "12 min"), (3.1 * 3600, "3.1 h"),
+                                            (47 * 3600, "47.0 h"), (100 * 3600, "4.2 days")])
+def test_durations_are_said_in_the_unit_a_person_reads(seconds, said):
+    from mlxfit.units import format_seconds
+
+    assert format_seconds(seconds) == said
