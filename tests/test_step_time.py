@@ -223,3 +223,26 @@ def test_probe_of_a_model_shallower_than_the_default_layers_says_what_to_give():
     result = CliRunner().invoke(cli, ["probe", str(root / "examples" / "tiny-llama")])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "give --num-layers 4 or fewer, or -1 for all" in " ".join(result.output.split())
+
+
+def test_the_plan_and_each_change_carry_their_run_time():
+    # A 7B at mlx-lm's defaults does not fit 24 GB: every option and sized single change is timed
+    # as a whole run on the M4 Pro, a smaller batch for the iterations that see the same examples.
+    out = _probe("--memory", "24GB", "--chip", "M4 Pro", "--model", "Qwen/Qwen2.5-7B-Instruct", "--iters", "500")
+    now = out["time"]["run_seconds"]
+    assert out["plan"] and all(o["run_seconds"] > 0 for o in out["plan"])
+    remedies = {r["change"]: r for r in out["remedies"]}
+    checkpointed = remedies["--grad-checkpoint"]
+    assert checkpointed["iters"] == 500
+    assert checkpointed["run_seconds"] == pytest.approx(out["time"]["with_grad_checkpoint_seconds"], rel=1e-3)
+    assert checkpointed["run_seconds"] > now
+    smaller = remedies["--batch-size 1 --grad-accumulation-steps 4"]
+    assert smaller["iters"] == 2000  # batch 4 for 500 iterations: batch 1 for 2,000
+    result = CliRunner().invoke(cli, ["probe", "Qwen/Qwen2.5-7B-Instruct", "--memory", "24GB", "--chip", "M4 Pro",
+                                      "--iters", "500", "-v"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    from mlxfit.render.time import clock
+
+    assert f"forward (slower); {clock(checkpointed['run_seconds'])} ({clock(now)} now)" in text
+    assert f"{clock(smaller['run_seconds'])} for 2,000 iterations, the same examples ({clock(now)} now)" in text

@@ -33,6 +33,17 @@ def time_line(time, checkpointed=None) -> str:
     return line
 
 
+def cost_in_time(run_seconds, iters, now_seconds, now_iters) -> str:
+    """What a remedy's run takes beside the run as given: "3 h 10 min (2 h 30 min now)";
+    a smaller batch names its iterations: "... for 4,000 iterations, the same examples"."""
+    if run_seconds is None:
+        return ""
+    words = clock(run_seconds)
+    if iters is not None and now_iters is not None and iters != now_iters:
+        words += f" for {iters:,} iterations, the same examples"
+    return words + (f" ({clock(now_seconds)} now)" if now_seconds is not None else "")
+
+
 def measured_line(measured: dict) -> str:
     """measured here: 305 tokens/s after the first step; the whole run at that pace, about 3 h 10 min"""
     return (f"measured here: {measured['tokens_per_second']:,.0f} tokens/s after the first step "
