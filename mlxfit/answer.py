@@ -170,15 +170,27 @@ def measured_pace(plan, resolved, measurement, iters=None, stats=None, valid_sta
     the measured step time (the estimate for this machine, scaled by measured over predicted)."""
     from .estimate import step_time
 
+    pace = measured_step(plan, measurement)
+    if pace is None:
+        return None
+    here = whole_run_time(plan, resolved, step_time.measured_speed(local_rates(plan)[0]), iters, stats, valid_stats)
+    scale = pace["step_seconds"] / pace["predicted_step_seconds"] if pace["predicted_step_seconds"] else 1.0
+    return {**pace, "run_seconds": round(here.seconds * scale, 1), "iters": here.iters}
+
+
+def measured_step(plan, measurement) -> dict | None:
+    """A whole measurement's step after the first, its tokens/s, and the step predicted at
+    this machine's rates (uncorrected): what is stored to correct later time estimates."""
+    from .estimate import step_time
+
     steady = measurement.step_seconds[1:] or measurement.step_seconds
     if measurement.method != "full" or not steady or plan.model.architecture is None:
         return None
     step = sum(steady) / len(steady)
-    here = whole_run_time(plan, resolved, step_time.measured_speed(local_rates(plan)[0]), iters, stats, valid_stats)
-    scale = step / here.step.seconds if here.step.seconds else 1.0
+    predicted = step_time.step_time(plan.model, plan.training, step_time.measured_speed(local_rates(plan)[0]),
+                                    plan.length).seconds
     return {"tokens_per_second": round(measurement.tokens_per_second, 1), "step_seconds": round(step, 4),
-            "predicted_step_seconds": round(here.step.seconds, 4), "run_seconds": round(here.seconds * scale, 1),
-            "iters": here.iters}
+            "predicted_step_seconds": round(predicted, 4)}
 
 
 def run_speed(plan, machine, chip=None, model=None, training=None):
@@ -196,7 +208,11 @@ def run_speed(plan, machine, chip=None, model=None, training=None):
     if machine.hypothetical:
         found = step_time.chip_for_memory(machine.total_bytes) if machine.backend == "metal" else None
         return step_time.chip_speed(found) if found else None
-    return step_time.measured_speed(local_rates(model=model, training=training)[0])
+    from .estimate.calibration import calibration, speed_corrected
+
+    here = step_time.measured_speed(local_rates(model=model, training=training)[0])
+    stored = calibration(machine.backend, model) if model.architecture is not None else None
+    return speed_corrected(here, stored, model, training, plan.length)
 
 
 def timed_remedies(plan, resolved, machine, chip, speed, time, stats=None, valid_stats=None):
@@ -377,7 +393,8 @@ def run_measurement(plan, force, timeout, steps, progress=None, by_slice=False, 
                    architecture=architecture_key(plan.model), length=plan.length,
                    machine=None if plan.machine.hypothetical else {"device_name": plan.machine.device_name,
                                                                    "total_bytes": plan.machine.total_bytes},
-                   config=plan.model.config if plan.model.source == "local" else None, source=plan.model.source)
+                   config=plan.model.config if plan.model.source == "local" else None, source=plan.model.source,
+                   time=measured_step(plan, measurement))
         except OSError as e:  # the measurement stands; only its use for calibration is lost
             note = f"not stored for calibration: cannot write {e.filename or measurements_dir()} ({e.strerror or e})"
     return Comparison(measurement, predicted, usable, note=note)

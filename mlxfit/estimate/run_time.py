@@ -69,6 +69,7 @@ class RunTime:
             "save_seconds": round(self.save_seconds, 1),
             "compile_seconds": round(self.compile_seconds, 1),
             "from_data": self.from_data,
+            **({"corrected_by": self.speed.correction} if self.speed.correction else {}),
         }
 
 

@@ -93,11 +93,25 @@ class Speed:
     chip: str | None = None
     transcendentals_per_second: float | None = None  # exps apart from the traffic; None: in it
     seconds_per_op: float = 0.0  # dispatching one operation
+    correction: dict | None = None  # the stored measurement that scaled the rates (calibration.py), if any
 
     def to_dict(self) -> dict:
         return {"operations_per_second": self.operations_per_second, "bytes_per_second": self.bytes_per_second,
                 "transcendentals_per_second": self.transcendentals_per_second,
-                "seconds_per_op": self.seconds_per_op, "basis": self.basis, "chip": self.chip}
+                "seconds_per_op": self.seconds_per_op, "basis": self.basis, "chip": self.chip,
+                **({"corrected_by": self.correction} if self.correction else {})}
+
+
+def corrected(speed: Speed, factor: float, measurement: dict) -> Speed:
+    """`speed` slowed by `factor` (measured over predicted seconds of a step measured here):
+    every rate divided by it, so every step's time is `factor` times the rates' estimate."""
+    def slower(rate):
+        return None if rate is None else rate / factor
+
+    return replace(speed, operations_per_second=speed.operations_per_second / factor,
+                   bytes_per_second=slower(speed.bytes_per_second),
+                   transcendentals_per_second=slower(speed.transcendentals_per_second),
+                   seconds_per_op=speed.seconds_per_op * factor, correction={**measurement, "factor": round(factor, 3)})
 
 
 def measured_speed(rates) -> Speed:
