@@ -240,3 +240,24 @@ def test_measure_stores_its_pace_with_the_measurement(platform):
     pace = entry["time"]
     assert pace["tokens_per_second"] > 0 and pace["step_seconds"] > 0 and pace["predicted_step_seconds"] > 0
     assert json.loads(result.output)["time"]["measured"]["tokens_per_second"] == pace["tokens_per_second"]
+
+
+def test_export_carries_the_measured_pace(tmp_path):
+    """Each exported row carries the throughput with the chip it ran on (mac_throughput.csv's
+    columns), so a user's run is evidence for the time estimate too; a slice's pace is not the run's."""
+    import csv
+
+    tiny = from_folder(TINY)
+    machine = {"device_name": "Apple M4 Pro", "total_bytes": 48 * 10**9}
+    common = dict(architecture=store.architecture_key(tiny), machine=machine, config=tiny.config, source="local")
+    store.record(tiny.id, RUN.to_dict(), "metal", 1, {"peak_with_load_bytes": 2, "steps": 3, "tokens_per_second": 2048.0},
+                 time={"tokens_per_second": 2048.0, "step_seconds": 0.25, "predicted_step_seconds": 0.2}, **common)
+    store.record(tiny.id, replace(RUN, rank=4).to_dict(), "metal", 1,
+                 {"peak_with_load_bytes": 2, "steps": 3, "tokens_per_second": 99.0, "slice": {"blocks": 2}}, **common)
+    out = tmp_path / "mine.csv"
+    assert CliRunner().invoke(cli, ["calibration", "--export", str(out)]).exit_code == 0
+    rows = {r["rank"]: r for r in csv.DictReader(open(out))}
+    whole, sliced = rows["8"], rows["4"]
+    assert (whole["chip"], whole["tokens_per_step"], whole["tokens_per_sec"], whole["step_seconds"]) == (
+        "Apple M4 Pro", "512", "2048.0", "0.2500")
+    assert (sliced["tokens_per_sec"], sliced["step_seconds"]) == ("", "")
