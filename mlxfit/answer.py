@@ -194,7 +194,8 @@ def measured_step(plan, measurement) -> dict | None:
 
 
 def run_speed(plan, machine, chip=None, model=None, training=None):
-    """How fast the run (or `model` with `training`, one of its remedies) goes where it
+    """How fast the run (or `model` with `training`: one of its remedies, or an
+    mlx-lm-lora run, `plan` None) goes where it
     is planned: a named chip (--chip, or the one chip sold with --memory's size) at the
     fitted efficiency; this machine at its rates for the run's dtype (measured once,
     then cached); None where neither is known (another machine, no chip)."""
@@ -212,7 +213,7 @@ def run_speed(plan, machine, chip=None, model=None, training=None):
 
     here = step_time.measured_speed(local_rates(model=model, training=training)[0])
     stored = calibration(machine.backend, model) if model.architecture is not None else None
-    return speed_corrected(here, stored, model, training, plan.length)
+    return speed_corrected(here, stored, model, training, plan.length if plan is not None else None)
 
 
 def timed_remedies(plan, resolved, machine, chip, speed, time, stats=None, valid_stats=None):
