@@ -156,6 +156,7 @@ def probe(model_spec, training_flags: dict, *, config_path=None, data=None, meth
         time = whole_run_time(plan, resolved, speed, iters, stats, valid_stats)
         if not plan.training.grad_checkpoint:
             checkpointed = whole_run_time(plan, resolved, speed, iters, stats, valid_stats, grad_checkpoint=True)
+        plan = timed_remedies(plan, resolved, machine, chip, speed, time, stats, valid_stats)
     measured_time = None
     if comparison is not None:
         measured_time = measured_pace(plan, resolved, comparison.measurement, iters, stats, valid_stats)
@@ -169,44 +170,83 @@ def measured_pace(plan, resolved, measurement, iters=None, stats=None, valid_sta
     the measured step time (the estimate for this machine, scaled by measured over predicted)."""
     from .estimate import step_time
 
+    pace = measured_step(plan, measurement)
+    if pace is None:
+        return None
+    here = whole_run_time(plan, resolved, step_time.measured_speed(local_rates(plan)[0]), iters, stats, valid_stats)
+    scale = pace["step_seconds"] / pace["predicted_step_seconds"] if pace["predicted_step_seconds"] else 1.0
+    return {**pace, "run_seconds": round(here.seconds * scale, 1), "iters": here.iters}
+
+
+def measured_step(plan, measurement) -> dict | None:
+    """A whole measurement's step after the first, its tokens/s, and the step predicted at
+    this machine's rates (uncorrected): what is stored to correct later time estimates."""
+    from .estimate import step_time
+
     steady = measurement.step_seconds[1:] or measurement.step_seconds
     if measurement.method != "full" or not steady or plan.model.architecture is None:
         return None
     step = sum(steady) / len(steady)
-    here = whole_run_time(plan, resolved, step_time.measured_speed(local_rates(plan)[0]), iters, stats, valid_stats)
-    scale = step / here.step.seconds if here.step.seconds else 1.0
+    predicted = step_time.step_time(plan.model, plan.training, step_time.measured_speed(local_rates(plan)[0]),
+                                    plan.length).seconds
     return {"tokens_per_second": round(measurement.tokens_per_second, 1), "step_seconds": round(step, 4),
-            "predicted_step_seconds": round(here.step.seconds, 4), "run_seconds": round(here.seconds * scale, 1),
-            "iters": here.iters}
+            "predicted_step_seconds": round(predicted, 4)}
 
 
-def run_speed(plan, machine, chip=None):
-    """How fast the run goes where it is planned: a named chip (--chip, or the one
-    chip sold with --memory's size) at the fitted efficiency; this machine at its
-    rates (measured once, then cached); None where neither is known (another machine,
-    no chip)."""
+def run_speed(plan, machine, chip=None, model=None, training=None):
+    """How fast the run (or `model` with `training`: one of its remedies, or an
+    mlx-lm-lora run, `plan` None) goes where it
+    is planned: a named chip (--chip, or the one chip sold with --memory's size) at the
+    fitted efficiency; this machine at its rates for the run's dtype (measured once,
+    then cached); None where neither is known (another machine, no chip)."""
     from .estimate import step_time
 
-    if plan.model.architecture is None:
+    model, training = model or plan.model, training or plan.training
+    if model.architecture is None:
         return None
     if chip:
         return step_time.chip_speed(step_time.find_chip(chip))
     if machine.hypothetical:
         found = step_time.chip_for_memory(machine.total_bytes) if machine.backend == "metal" else None
         return step_time.chip_speed(found) if found else None
-    return step_time.measured_speed(local_rates(plan)[0])
+    from .estimate.calibration import calibration, speed_corrected
+
+    here = step_time.measured_speed(local_rates(model=model, training=training)[0])
+    stored = calibration(machine.backend, model) if model.architecture is not None else None
+    return speed_corrected(here, stored, model, training, plan.length if plan is not None else None)
 
 
-def whole_run_time(plan, resolved, speed, iters=None, stats=None, valid_stats=None, grad_checkpoint=None):
+def timed_remedies(plan, resolved, machine, chip, speed, time, stats=None, valid_stats=None):
+    """The plan with what each option and remedy costs in time, beside the run's own."""
+    from .estimate.plan_time import batch_widths_for, timed_plan
+
+    if not plan.options and not plan.remedies:
+        return plan
+
+    def run_seconds(model, training, iters):
+        here = speed if chip or machine.hypothetical else run_speed(plan, machine, chip, model, training)
+        return whole_run_time(plan, resolved, here, iters, stats, valid_stats, model=model, training=training,
+                              widths=batch_widths_for(stats, training)).seconds
+
+    return timed_plan(plan, run_seconds, time.iters, time.seconds)
+
+
+def whole_run_time(plan, resolved, speed, iters=None, stats=None, valid_stats=None, grad_checkpoint=None,
+                   model=None, training=None, widths=None):
     """The whole mlx_lm.lora run: --iters (or the YAML's, or mlx-lm's 1000), the
-    validation passes and saves the YAML sets, over --data's batch widths where given."""
+    validation passes and saves the YAML sets, over --data's batch widths where given.
+    `model`, `training` and `widths`: another run of the plan (a remedy's)."""
     from .estimate import run_time
 
-    training = plan.training if grad_checkpoint is None else replace(plan.training, grad_checkpoint=grad_checkpoint)
+    training = training or plan.training
+    if grad_checkpoint is not None:
+        training = replace(training, grad_checkpoint=grad_checkpoint)
+    if widths is None and stats is not None:
+        widths = stats.batch_widths
     other = resolved.other
     return run_time.run_time(
-        plan.model, training, speed, iters=iters or int(other.get("iters", run_time.ITERS)), length=plan.length,
-        widths=stats.batch_widths if stats is not None else None,
+        model or plan.model, training, speed, iters=iters or int(other.get("iters", run_time.ITERS)),
+        length=plan.length, widths=widths,
         val_batches=int(other.get("val_batches", run_time.VAL_BATCHES)),
         steps_per_eval=int(other.get("steps_per_eval", run_time.STEPS_PER_EVAL)),
         save_every=int(other.get("save_every", run_time.SAVE_EVERY)),
@@ -354,7 +394,8 @@ def run_measurement(plan, force, timeout, steps, progress=None, by_slice=False, 
                    architecture=architecture_key(plan.model), length=plan.length,
                    machine=None if plan.machine.hypothetical else {"device_name": plan.machine.device_name,
                                                                    "total_bytes": plan.machine.total_bytes},
-                   config=plan.model.config if plan.model.source == "local" else None, source=plan.model.source)
+                   config=plan.model.config if plan.model.source == "local" else None, source=plan.model.source,
+                   time=measured_step(plan, measurement))
         except OSError as e:  # the measurement stands; only its use for calibration is lost
             note = f"not stored for calibration: cannot write {e.filename or measurements_dir()} ({e.strerror or e})"
     return Comparison(measurement, predicted, usable, note=note)

@@ -21,6 +21,7 @@ class PreferenceAnswer:
     stats: Any = None
     measured: Any = None
     notes: list = None
+    time: Any = None  # estimate.run_time.RunTime: how long the run takes (None: no speed known)
 
     @property
     def usable_bytes(self) -> int:
@@ -44,12 +45,14 @@ class PreferenceAnswer:
             out["notes"] = self.notes
         if self.measured is not None:
             out["measured"] = self.measured.to_dict()
+        if self.time is not None:
+            out["time"] = self.time.to_dict()
         return out
 
 
 def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machine, backend, do_measure, timeout, steps,
           progress, reserve=None, *, skip_bad_lines=False, trust_remote_code=False, hostfile=None, by_slice=False,
-          force=False) -> PreferenceAnswer:
+          force=False, chip=None, iters=None) -> PreferenceAnswer:
     """A DPO, CPO, ORPO or GRPO run, answered: mlx-lm-lora's settings resolved, checked
     as every run is (mlxfit.answer.checked_run), the estimate phase by phase, the plans
     and, with `do_measure`, the measurement, judged against this machine (`reserve` as
@@ -120,7 +123,21 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
             refuse_what_would_not_fit_here(est, model, run, estimate, backend, machine, reserve, length, reference,
                                            prompt_length)
         measured = _measure(model, run, estimate, timeout, steps, progress)
-    return PreferenceAnswer(machine, model, run, estimate, plans, stats, measured, notes)
+    time = preference_time(model, run, machine, chip, iters, estimate)
+    return PreferenceAnswer(machine, model, run, estimate, plans, stats, measured, notes, time)
+
+
+def preference_time(model, run, machine, chip, iters, estimate):
+    """The whole run's time where its speed is known (mlxfit.answer.run_speed): `iters`
+    (default mlx-lm-lora's) steps of the mode's step at the widest batch."""
+    from .answer import run_speed
+    from .estimate import run_time, step_time
+
+    speed = run_speed(None, machine, chip, model, run.training)
+    if speed is None:
+        return None
+    step = step_time.preference_step_time(run, model, speed, estimate.length, estimate.prompt_length)
+    return run_time.preference_run_time(model, run.training, step, speed, iters or run_time.PREFERENCE_ITERS)
 
 
 def reference_model(run):

@@ -63,7 +63,8 @@ def probe(model=None, *, config=None, data=None, method=None, train_mode=None, m
     prints. `settings`: mlx-lm's training settings, and with `train_mode` (dpo, cpo,
     orpo, grpo, or from the YAML `config`) mlx-lm-lora's; `measure` trains a few steps
     here. `progress`: what a measurement shows while it runs (None: nothing). `chip`: the
-    Apple chip to time the run on (as `--chip`); `iters`: the run's iterations (mlx-lm's)."""
+    Apple chip to time the run on (as `--chip`); `iters`: the run's iterations (mlx-lm's, or
+    mlx-lm-lora's)."""
     from pathlib import Path
 
     from .answer import Silent, get_machine
@@ -82,19 +83,13 @@ def probe(model=None, *, config=None, data=None, method=None, train_mode=None, m
                          trust_remote_code=trust_remote_code, hostfile=hostfile, backend=backend, do_measure=measure,
                          by_slice=by_slice, force=force, timeout=timeout, steps=steps, memory=memory,
                          gpu_memory=gpu_memory, reserve=reserve, progress=progress, chip=chip, iters=iters)
-    if chip or iters:
-        from .errors import BadInput
-
-        flag = "--chip" if chip else "--iters"
-        raise BadInput(f"{flag} with --train-mode {mode}: the run's time is estimated for mlx_lm.lora runs only; "
-                       f"leave {flag} out")
     refuse_sft_flags(mode, method is not None, settings.get("bits") is not None)
     from .answer_preference import probe as preference_probe
 
     return preference_probe(model, config, data, settings, {**pref, "train_mode": mode},
                             get_machine(memory, gpu_memory, reserve), backend, measure, timeout, steps, progress,
                             reserve, skip_bad_lines=skip_bad_lines, trust_remote_code=trust_remote_code,
-                            hostfile=hostfile, by_slice=by_slice, force=force)
+                            hostfile=hostfile, by_slice=by_slice, force=force, chip=chip, iters=iters)
 
 
 def _size(value):

@@ -605,3 +605,26 @@ def test_lengths_past_the_models_context_are_refused_or_never_searched(model_fol
 def test_force_without_measuring_is_refused():
     out = run("-m", "Qwen/Qwen3-0.6B", "--estimate-only", "--force", "--memory", "16GB", exit_code=2).output
     assert "--force measures combinations" in out
+
+
+def test_without_a_terminal_each_finished_row_is_one_line_written_at_once(platform):
+    """Piped (a log, CI), bench writes each finished row as one line the moment it finishes: the
+    first row's line arrives while the second run is still measuring, not at exit."""
+    import os
+    from pathlib import Path
+
+    platform(LINUX_CPU)
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen([sys.executable, "-m", "mlxfit", "bench", "-m", str(root / "examples" / "tiny-llama"),
+                             "--num-layers", "-1", "--batch-size", "1,2", "--max-seq-length", "32", "--steps", "3"],
+                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    chunks = []
+    while chunk := os.read(proc.stderr.fileno(), 1 << 16):
+        chunks.append(chunk.decode())
+    assert proc.wait(timeout=300) == 0, "".join(chunks)
+    proc.stdout.close()
+    proc.stderr.close()
+    first = next(i for i, c in enumerate(chunks) if "[1/2]" in c)
+    assert "[2/2]" not in "".join(chunks[: first + 1])  # written before the second run finished
+    rows = [line for line in "".join(chunks).splitlines() if line.startswith("  [")]
+    assert len(rows) == 2 and all(line.endswith("fits") for line in rows), rows  # one line each, unwrapped

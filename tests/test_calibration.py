@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from mlxfit.cli.main import cli
@@ -188,3 +189,75 @@ def test_export_anonymises_relative_model_folders_too(tmp_path, monkeypatch):
     text = out.read_text()
     assert "my-llama" not in text and "models/" not in text
     assert "Qwen/Qwen3-0.6B" in text and text.count("local llama") == 3
+
+
+def test_a_stored_step_time_corrects_later_time_estimates_here(monkeypatch, platform):
+    """A measurement stored with its pace scales the time of later runs of the same architecture on
+    this machine by measured over predicted step (the nearest stored run's), and the answer says so;
+    another machine (--memory) or a run at other rates (QLoRA) stays uncorrected."""
+    import mlxfit.measure.rate as rate
+    from mlxfit.estimate import step_time as st
+
+    platform(LINUX_CPU)  # a cpu machine, as the measurements below were stored
+    monkeypatch.setattr(rate, "measure_rates", lambda *a, **k: rate.MachineRates(1e10, 1e10, 3e7, 1e-5))
+    tiny = from_folder(TINY)
+    speed = st.measured_speed(rate.machine_rates("float32"))
+    predicted = st.step_time(tiny, RUN, speed).seconds
+    far = replace(RUN, batch_size=8)  # the nearest of the two stored below: same settings, 4x the tokens
+    store.record(tiny.id, RUN.to_dict(), "cpu", 1, {"peak_with_load_bytes": 2, "steps": 3},
+                 architecture=store.architecture_key(tiny),
+                 time={"tokens_per_second": 1000.0, "step_seconds": 3 * predicted, "predicted_step_seconds": predicted})
+    store.record(tiny.id, replace(RUN, grad_checkpoint=True).to_dict(), "cpu", 1, {"peak_with_load_bytes": 2, "steps": 3},
+                 architecture=store.architecture_key(tiny),
+                 time={"tokens_per_second": 10.0, "step_seconds": 100 * predicted, "predicted_step_seconds": predicted})
+
+    found = store.calibration("cpu", tiny)
+    corrected = store.speed_corrected(speed, found, tiny, far)
+    assert corrected.correction["factor"] == 3.0 and corrected.correction["batch_size"] == 2
+    assert st.step_time(tiny, far, corrected).seconds / st.step_time(tiny, far, speed).seconds == pytest.approx(3)
+    assert store.speed_corrected(speed, found, tiny, replace(far, quantize=True)) is speed  # other rates
+
+    def probe(*extra):
+        result = CliRunner().invoke(cli, ["probe", str(TINY), "--num-layers", "-1", "--batch-size", "8",
+                                          "--max-seq-length", "256", *extra])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    out = json.loads(probe("--json"))
+    assert out["time"]["corrected_by"]["factor"] == 3.0
+    text = " ".join(probe().split())
+    assert "corrected by your measurement of 1,000 tokens/s (batch 2 × 256 tokens" in text
+    assert "3.00× the estimate at this machine's rates" in text
+    assert "corrected_by" not in json.loads(probe("--json", "--memory", "192GB"))["time"]  # another machine
+
+
+def test_measure_stores_its_pace_with_the_measurement(platform):
+    platform(LINUX_CPU)
+    result = CliRunner().invoke(cli, ["probe", str(TINY), "--num-layers", "-1", "--batch-size", "1",
+                                      "--max-seq-length", "64", "--measure", "--steps", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    (entry,) = store.stored()
+    pace = entry["time"]
+    assert pace["tokens_per_second"] > 0 and pace["step_seconds"] > 0 and pace["predicted_step_seconds"] > 0
+    assert json.loads(result.output)["time"]["measured"]["tokens_per_second"] == pace["tokens_per_second"]
+
+
+def test_export_carries_the_measured_pace(tmp_path):
+    """Each exported row carries the throughput with the chip it ran on (mac_throughput.csv's
+    columns), so a user's run is evidence for the time estimate too; a slice's pace is not the run's."""
+    import csv
+
+    tiny = from_folder(TINY)
+    machine = {"device_name": "Apple M4 Pro", "total_bytes": 48 * 10**9}
+    common = dict(architecture=store.architecture_key(tiny), machine=machine, config=tiny.config, source="local")
+    store.record(tiny.id, RUN.to_dict(), "metal", 1, {"peak_with_load_bytes": 2, "steps": 3, "tokens_per_second": 2048.0},
+                 time={"tokens_per_second": 2048.0, "step_seconds": 0.25, "predicted_step_seconds": 0.2}, **common)
+    store.record(tiny.id, replace(RUN, rank=4).to_dict(), "metal", 1,
+                 {"peak_with_load_bytes": 2, "steps": 3, "tokens_per_second": 99.0, "slice": {"blocks": 2}}, **common)
+    out = tmp_path / "mine.csv"
+    assert CliRunner().invoke(cli, ["calibration", "--export", str(out)]).exit_code == 0
+    rows = {r["rank"]: r for r in csv.DictReader(open(out))}
+    whole, sliced = rows["8"], rows["4"]
+    assert (whole["chip"], whole["tokens_per_step"], whole["tokens_per_sec"], whole["step_seconds"]) == (
+        "Apple M4 Pro", "512", "2048.0", "0.2500")
+    assert (sliced["tokens_per_sec"], sliced["step_seconds"]) == ("", "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -223,3 +224,66 @@ def test_probe_of_a_model_shallower_than_the_default_layers_says_what_to_give():
     result = CliRunner().invoke(cli, ["probe", str(root / "examples" / "tiny-llama")])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "give --num-layers 4 or fewer, or -1 for all" in " ".join(result.output.split())
+
+
+def test_the_plan_and_each_change_carry_their_run_time():
+    # A 7B at mlx-lm's defaults does not fit 24 GB: every option and sized single change is timed
+    # as a whole run on the M4 Pro, a smaller batch for the iterations that see the same examples.
+    out = _probe("--memory", "24GB", "--chip", "M4 Pro", "--model", "Qwen/Qwen2.5-7B-Instruct", "--iters", "500")
+    now = out["time"]["run_seconds"]
+    assert out["plan"] and all(o["run_seconds"] > 0 for o in out["plan"])
+    remedies = {r["change"]: r for r in out["remedies"]}
+    checkpointed = remedies["--grad-checkpoint"]
+    assert checkpointed["iters"] == 500
+    assert checkpointed["run_seconds"] == pytest.approx(out["time"]["with_grad_checkpoint_seconds"], rel=1e-3)
+    assert checkpointed["run_seconds"] > now
+    smaller = remedies["--batch-size 1 --grad-accumulation-steps 4"]
+    assert smaller["iters"] == 2000  # batch 4 for 500 iterations: batch 1 for 2,000
+    result = CliRunner().invoke(cli, ["probe", "Qwen/Qwen2.5-7B-Instruct", "--memory", "24GB", "--chip", "M4 Pro",
+                                      "--iters", "500", "-v"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    from mlxfit.render.time import clock
+
+    assert f"forward (slower); {clock(checkpointed['run_seconds'])} ({clock(now)} now)" in text
+    assert f"{clock(smaller['run_seconds'])} for 2,000 iterations, the same examples ({clock(now)} now)" in text
+
+
+def test_preference_steps_are_timed_from_their_counted_work(tiny):
+    """DPO: the policy over chosen and rejected rows plus the reference's forwards; CPO/ORPO the
+    policy alone; GRPO: group_size completions generated token by token, then its scoring."""
+    from mlxfit.model.preference import PreferenceRun
+
+    training = TrainingConfig(num_layers=-1, batch_size=2, max_seq_length=9)
+    speed = st.Speed(1e9, 1e8, "x", (1, 1), seconds_per_op=1e-6)
+    dpo = st.preference_step_time(PreferenceRun("dpo", training), tiny, speed, 9)
+    orpo = st.preference_step_time(PreferenceRun("orpo", training), tiny, speed, 9)
+    policy = st.step_time(tiny, replace(training, batch_size=4), speed, 9)  # chosen and rejected: 2 x batch rows
+    assert orpo.operations == policy.operations and orpo.seconds == pytest.approx(policy.seconds)
+    assert dpo.operations == policy.operations + st.forward_operations(tiny, 8, 4)
+    assert dpo.phases["reference"] == pytest.approx(st.forward_operations(tiny, 8, 4) / 1e9) and dpo.seconds > orpo.seconds
+    grpo = PreferenceRun("grpo", training, group_size=2, max_completion_length=5)
+    step = st.preference_step_time(grpo, tiny, speed, prompt_length=4)
+    assert step.phases["generation"] > 0 and step.phases["reference"] > 0
+    longer = st.preference_step_time(replace(grpo, max_completion_length=50), tiny, speed, prompt_length=4)
+    assert longer.phases["generation"] > 9 * step.phases["generation"] / 2  # one forward of every row a token
+
+
+def test_mlx_lm_lora_default_iterations_are_pinned():
+    import mlx_lm_lora
+
+    source = Path(mlx_lm_lora.__file__).parent / "trainer" / "sft_trainer.py"
+    assert 'iters: int = field(default=100,' in source.read_text() and rt.PREFERENCE_ITERS == 100
+    assert '"iters": None,' in (Path(mlx_lm_lora.__file__).parent / "train.py").read_text()
+
+
+@pytest.mark.parametrize("mode", ["dpo", "grpo"])
+def test_probe_of_a_preference_mode_gives_its_time(mode):
+    out = _probe("--train-mode", mode, "--memory", "36GB", "--chip", "M3 Max", "--iters", "200")
+    time = out["time"]
+    assert time["iters"] == 200 and time["basis"] == "M3 Max, fitted efficiency"
+    phases = time["widest_step"]["phases"]
+    assert ("generation" in phases) == (mode == "grpo") and phases["reference"] > 0
+    result = CliRunner().invoke(cli, ["probe", "Qwen/Qwen3-0.6B", "--train-mode", mode, "--memory", "36GB",
+                                      "--chip", "M3 Max", "--iters", "200"])
+    assert result.exit_code == 0 and "for 200 iterations on an M3 Max" in " ".join(result.output.split())

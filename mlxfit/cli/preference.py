@@ -49,4 +49,5 @@ def print_answer(answer, json_: bool, verbose: bool = False) -> None:
         from ..render.preference import render
 
         a = answer
-        render(a.model, a.run, a.estimate, a.usable_bytes, a.plans, a.stats, a.measured, notes=a.notes, verbose=verbose)
+        render(a.model, a.run, a.estimate, a.usable_bytes, a.plans, a.stats, a.measured, notes=a.notes, verbose=verbose,
+               time=a.time)

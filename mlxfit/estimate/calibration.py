@@ -1,4 +1,5 @@
-"""Measurements remembered on this machine, to correct later estimates.
+"""Measurements remembered on this machine, to correct later estimates (of memory,
+and of time: `speed_corrected`).
 
 Each `--measure` result is stored as one small JSON file in the user's cache
 directory (written atomically), tagged with the mlx and mlx-lm versions and the
@@ -98,15 +99,73 @@ class Calibration:
         return int(statistics.median(gaps)) if gaps else None
 
 
+# A measured step time corrects runs timed at the same rates: the same dtype and bits.
+SAME_RATES = ("quantize", "bits", "group_size")
+
+
+def nearest_timed(entries, training: dict, length: int | None = None) -> dict | None:
+    """The stored measurement with a step time (`time`) nearest to `training` at `length`:
+    at the same rates (SAME_RATES), the fewest settings apart (SAME_SETTINGS), then the
+    nearest tokens a step. None where none was timed."""
+    import math
+
+    timed = [e for e in entries if _timed(e) and all(e["training"].get(k) == training.get(k) for k in SAME_RATES)]
+    if not timed:
+        return None
+
+    def distance(e):
+        apart = sum(e["training"].get(k) != training.get(k) for k in SAME_SETTINGS)
+        return apart, abs(math.log(tokens(training, length) / tokens(e["training"], e.get("length"))))
+
+    return min(timed, key=distance)
+
+
+def _timed(entry: dict) -> bool:
+    time = entry.get("time")
+    return isinstance(time, dict) and all(
+        isinstance(time.get(k), (int, float)) and not isinstance(time.get(k), bool) and time[k] > 0
+        for k in ("step_seconds", "predicted_step_seconds"))
+
+
+def speed_corrected(speed, found: Calibration | None, model, training, length: int | None = None):
+    """This machine's `speed` (step_time.Speed at its measured rates) scaled by measured
+    over predicted step time of the nearest stored measurement of `model`'s architecture
+    (its step predicted now, at these rates); `speed` as it is where none applies."""
+    from ..errors import MlxfitError
+    from ..model.training import TrainingConfig
+    from .step_time import corrected, step_time
+
+    if found is None or architecture_key(model) != found.architecture:
+        return speed
+    entry = nearest_timed(found.entries, training.to_dict(), length)
+    if entry is None:
+        return speed
+    try:
+        stored_run = TrainingConfig(**entry["training"])
+        predicted = step_time(model, stored_run, speed, entry.get("length")).seconds
+    except (MlxfitError, TypeError, ValueError):
+        return speed  # a measurement of settings this version cannot read
+    if predicted <= 0:
+        return speed
+    measured = entry["time"]
+    t = entry["training"]
+    return corrected(speed, measured["step_seconds"] / predicted, {
+        "tokens_per_second": measured.get("tokens_per_second"), "step_seconds": measured["step_seconds"],
+        "batch_size": t["batch_size"], "width": entry.get("length") or t["max_seq_length"],
+        "date": entry.get("date"), "model": entry.get("model")})
+
+
 def record(model_id: str, training: dict, backend: str, predicted_bytes: int, measured: dict, architecture: dict | None = None,
            *, length: int | None = None, machine: dict | None = None, config: dict | None = None,
-           source: str | None = None) -> Path:
+           source: str | None = None, time: dict | None = None) -> Path:
     """Store one measurement; the same configuration overwrites its own file.
     `length`: the widest batch of the data it ran (None: max_seq_length), what the
     measurement is then keyed by. `machine` (device_name, total_bytes) and `config` (a
     local model's config.json) let `mlxfit calibration --export` write it as evidence
     (mlxfit/estimate/export.py); `source` (resolve.py's: "local" for a folder) lets it
-    tell a relative folder from a Hub id."""
+    tell a relative folder from a Hub id. `time`: the measured pace of a whole run
+    (tokens_per_second, step_seconds after the first step, predicted_step_seconds at
+    this machine's rates), what later time estimates here are corrected by."""
     import hashlib
     from datetime import date
 
@@ -124,6 +183,7 @@ def record(model_id: str, training: dict, backend: str, predicted_bytes: int, me
         **({"machine": machine} if machine else {}),
         **({"config": config} if config else {}),
         **({"source": source} if source else {}),
+        **({"time": time} if time else {}),
     }
     if length and length < training["max_seq_length"]:
         entry["length"] = length

@@ -3,7 +3,10 @@
 `mlxfit calibration --export FILE` writes each `--measure` result stored on this machine
 (mlxfit/estimate/calibration.py) as one CSV row: the columns of mac_runs.csv, so a row
 reads like the public runs beside it, then the machine-readable columns
-benchmarks/mac_evidence.py needs to reproduce it (EXTRA_COLUMNS). A row never holds a
+benchmarks/mac_evidence.py needs to reproduce it (EXTRA_COLUMNS), and the measured pace
+(tokens a step, tokens per second and seconds a step after the first, on the machine the
+`chip` column names: mac_throughput.csv's columns, so a row is evidence for the chip
+table of time.md too; empty for a slice, whose pace is not the run's). A row never holds a
 path on the user's machine: a local model (a folder, absolute or relative) is named by its
 architecture and carried by its config.json (keys naming files or folders dropped).
 """
@@ -19,7 +22,8 @@ GB = 10**9
 EVIDENCE_COLUMNS = ("source_url_or_ref", "date", "model_id", "method", "batch_size", "seq_len", "num_layers", "rank",
                     "lora_keys", "grad_checkpoint", "peak_gb", "chip", "mlx_lm_version", "iters_before_peak_report",
                     "notes", "trust")
-EXTRA_COLUMNS = ("backend", "mlx_version", "memory_gb", "widest_batch", "predicted_gb", "slice", "training", "config")
+EXTRA_COLUMNS = ("backend", "mlx_version", "memory_gb", "widest_batch", "predicted_gb", "slice", "training", "config",
+                 "tokens_per_step", "tokens_per_sec", "step_seconds")
 COLUMNS = EVIDENCE_COLUMNS + EXTRA_COLUMNS
 SOURCE = "mlxfit --measure (contributed)"
 
@@ -76,6 +80,9 @@ def evidence_row(entry: dict, machine: dict) -> dict:
     keys = t.get("lora_keys")
     peak = measured.get("peak_with_load_bytes") or 0
     config = entry.get("config")
+    pace = entry.get("time") or {}
+    whole = measured.get("slice") is None
+    tokens_per_sec = pace.get("tokens_per_second") or measured.get("tokens_per_second") if whole else None
     return {
         "source_url_or_ref": SOURCE,
         "date": entry.get("date") or date.today().isoformat(),
@@ -103,6 +110,9 @@ def evidence_row(entry: dict, machine: dict) -> dict:
         "slice": "yes" if measured.get("slice") is not None else "no",
         "training": json.dumps(t, sort_keys=True),
         "config": json.dumps(clean_config(config), sort_keys=True) if config else "",
+        "tokens_per_step": (t.get("batch_size") or 0) * (width or 0) or "",
+        "tokens_per_sec": f"{tokens_per_sec:.1f}" if tokens_per_sec else "",
+        "step_seconds": f"{pace['step_seconds']:.4f}" if whole and pace.get("step_seconds") else "",
     }
 
 

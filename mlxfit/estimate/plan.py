@@ -113,6 +113,9 @@ class Remedy:
     why: str
     new_bytes: int | None = None
     verdict: Verdict | None = None  # where sized
+    option: object = field(default=None, repr=False, compare=False)  # remedies.Option: the run it makes, where sized
+    run_seconds: float | None = None  # the whole run's time, where a speed is known (plan_time.py)
+    iters: int | None = None  # the iterations timed
 
     @property
     def fits(self) -> bool | None:
@@ -120,7 +123,9 @@ class Remedy:
 
     def to_dict(self) -> dict:
         return {"change": self.change, "why": self.why, "new_bytes": self.new_bytes, "fits": self.fits,
-                "verdict": None if self.verdict is None else self.verdict.value}
+                "verdict": None if self.verdict is None else self.verdict.value,
+                "run_seconds": None if self.run_seconds is None else round(self.run_seconds, 1),
+                "iters": self.iters}
 
 
 @dataclass(frozen=True)
@@ -200,6 +205,8 @@ class Plan:
     calibration: object = None  # mlxfit.estimate.calibration.Calibration
     length: int | None = None  # the widest batch of the user's data
     reference: Reference | None = None  # a bare size: a catalog model of that size
+    run_seconds: float | None = None  # the run as given, where a speed is known (plan_time.py)
+    run_iters: int | None = None  # and the iterations it was timed for
 
     @property
     def selected(self) -> Estimate:
@@ -294,7 +301,7 @@ def make_plan(machine: Machine, model: ModelInfo, training: TrainingConfig, back
             singles = remedies.single_changes(machine, model, training, backend, calibration, length, data)
             plan = replace(
                 plan,
-                remedies=tuple(Remedy(o.flags, o.changes[-1].costs, o.new_bytes, o.verdict) for o in singles),
+                remedies=tuple(Remedy(o.flags, o.changes[-1].costs, o.new_bytes, o.verdict, option=o) for o in singles),
                 options=remedies.search(machine, model, training, backend, calibration, length, data),
             )
     return plan

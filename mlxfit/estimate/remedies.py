@@ -10,7 +10,7 @@ data and never print.
 The cost model (README, "What to change"): what costs only speed comes first,
 what changes the training last.
 
-- `--grad-checkpoint`: about 20-30% slower (cost 1).
+- `--grad-checkpoint`: a second forward of the trained blocks, so slower (cost 1).
 - a smaller batch with gradient accumulation: the effective batch is kept, the
   steps are smaller (cost 0.5 per halving).
 - `--num-layers`: fewer blocks learn (cost 2 per halving).
@@ -20,7 +20,8 @@ what changes the training last.
   unless the run already asks for less).
 - another model: a smaller one of the catalog (cost 10).
 
-A plan that fits with margin beats one that is tight, whatever their costs.
+A plan that fits with margin beats one that is tight, whatever their costs. What
+each costs in time is added afterwards, where a speed is known (plan_time.py).
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class Option:
     training: TrainingConfig
     new_bytes: int
     verdict: Verdict
+    run_seconds: float | None = None  # the whole run's time, where a speed is known (plan_time.py)
+    iters: int | None = None  # the iterations timed: the run's, or more for a smaller batch
 
     @property
     def cost(self) -> float:
@@ -108,6 +111,8 @@ class Option:
             "speed_only": self.speed_only,
             "model": self.model.id,
             "changes": [c.to_dict() for c in self.changes],
+            "run_seconds": None if self.run_seconds is None else round(self.run_seconds, 1),
+            "iters": self.iters,
         }
 
 
@@ -145,7 +150,8 @@ def dimensions(model: ModelInfo, training: TrainingConfig, data=None, length: in
     """dimension -> [(Change, changed training)], mildest first; each list may be empty."""
     dims: dict[str, list] = {}
     dims["checkpoint"] = [] if training.grad_checkpoint else [
-        (Change("checkpoint", "--grad-checkpoint", COST_CHECKPOINT, "about 20-30% slower"),
+        (Change("checkpoint", "--grad-checkpoint", COST_CHECKPOINT,
+                "recomputes the trained blocks' forward (slower)"),
          lambda t: replace(t, grad_checkpoint=True))
     ]
     batch, accumulation = training.batch_size, training.grad_accumulation_steps

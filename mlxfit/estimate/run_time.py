@@ -24,6 +24,9 @@ ITERS = 1000
 VAL_BATCHES = 25
 STEPS_PER_EVAL = 200
 SAVE_EVERY = 100
+# mlx_lm_lora/train.py: iters None (and no epochs) takes SFTTrainingArgs().iters
+# (mlx_lm_lora/trainer/sft_trainer.py; pinned by tests/test_step_time.py).
+PREFERENCE_ITERS = 100
 # A first step compiles the step function (mlx_lm/tuner/trainer.py mx.compile) and warms
 # the machine: counted as this many steps more (benchmarks/results/step_time.md).
 COMPILE_STEPS = 2
@@ -69,6 +72,7 @@ class RunTime:
             "save_seconds": round(self.save_seconds, 1),
             "compile_seconds": round(self.compile_seconds, 1),
             "from_data": self.from_data,
+            **({"corrected_by": self.speed.correction} if self.speed.correction else {}),
         }
 
 
@@ -113,3 +117,16 @@ def run_time(model: ModelInfo, training: TrainingConfig, speed: Speed, *, iters:
     save = saves * counted_totals(model, training)[2] / SAVE_BYTES_PER_SECOND
     return RunTime(iters, step, mean, validation, n_eval, save, COMPILE_STEPS * step.seconds, speed,
                    from_data=widths is not None and len(widths) > 0)
+
+
+def preference_run_time(model: ModelInfo, training: TrainingConfig, step: StepTime, speed: Speed,
+                        iters: int = PREFERENCE_ITERS, save_every: int = SAVE_EVERY) -> RunTime:
+    """An mlx_lm_lora.train run: `iters` steps of `step` (step_time.preference_step_time,
+    every batch at its widest), the saves and the first step's compiling; its validation
+    passes are not counted."""
+    from .detailed import counted_totals
+
+    iters = max(int(iters), 1)
+    saves = iters // max(int(save_every), 1) + 1
+    save = saves * counted_totals(model, training)[2] / SAVE_BYTES_PER_SECOND
+    return RunTime(iters, step, step.seconds, 0.0, 0, save, COMPILE_STEPS * step.seconds, speed, from_data=False)

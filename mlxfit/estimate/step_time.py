@@ -93,11 +93,25 @@ class Speed:
     chip: str | None = None
     transcendentals_per_second: float | None = None  # exps apart from the traffic; None: in it
     seconds_per_op: float = 0.0  # dispatching one operation
+    correction: dict | None = None  # the stored measurement that scaled the rates (calibration.py), if any
 
     def to_dict(self) -> dict:
         return {"operations_per_second": self.operations_per_second, "bytes_per_second": self.bytes_per_second,
                 "transcendentals_per_second": self.transcendentals_per_second,
-                "seconds_per_op": self.seconds_per_op, "basis": self.basis, "chip": self.chip}
+                "seconds_per_op": self.seconds_per_op, "basis": self.basis, "chip": self.chip,
+                **({"corrected_by": self.correction} if self.correction else {})}
+
+
+def corrected(speed: Speed, factor: float, measurement: dict) -> Speed:
+    """`speed` slowed by `factor` (measured over predicted seconds of a step measured here):
+    every rate divided by it, so every step's time is `factor` times the rates' estimate."""
+    def slower(rate):
+        return None if rate is None else rate / factor
+
+    return replace(speed, operations_per_second=speed.operations_per_second / factor,
+                   bytes_per_second=slower(speed.bytes_per_second),
+                   transcendentals_per_second=slower(speed.transcendentals_per_second),
+                   seconds_per_op=speed.seconds_per_op * factor, correction={**measurement, "factor": round(factor, 3)})
 
 
 def measured_speed(rates) -> Speed:
@@ -166,19 +180,26 @@ def step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, length: 
     return StepTime(phases, sum(ops.values()), _floor(model, training, speed))
 
 
-def dpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, length: int | None = None) -> StepTime:
+def dpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, length: int | None = None,
+                  reference: bool = True) -> StepTime:
     """A DPO (or CPO/ORPO) step: the policy's forward and backward over the chosen and
-    the rejected rows (2 x batch), and for DPO the reference model's forward of both."""
+    the rejected rows (2 x batch), and for DPO (`reference`) the reference model's
+    forward of both."""
     rows = 2 * training.batch_size // training.hosts
     policy = phase_operations(model, training, length, sequences=rows)
     width = min(length or training.max_seq_length, training.max_seq_length)
-    reference = forward_operations(model, max(width - 1, 1), rows)
     rate = speed.operations_per_second
-    work = step_work(model, training, length, sequences=rows) + forward_work(model, max(width - 1, 1), rows)
-    phases = _with_work({k: v / rate for k, v in policy.items()}, work, speed)
-    phases["reference"] = reference / rate
+    phases = _with_work({k: v / rate for k, v in policy.items()}, step_work(model, training, length, sequences=rows),
+                        speed)
+    if not reference:
+        return StepTime(phases, sum(policy.values()), _floor(model, training, speed))
+    reference_ops = forward_operations(model, max(width - 1, 1), rows)
+    phases["reference"] = reference_ops / rate
+    ref_work = forward_work(model, max(width - 1, 1), rows)
+    phases["elementwise"] += elementwise_seconds(ref_work, speed)
+    phases["dispatch"] += ref_work.ops * speed.seconds_per_op
     floor = 2 * _floor(model, training, speed)  # the policy's and the reference's weights
-    return StepTime(phases, sum(policy.values()) + reference, floor)
+    return StepTime(phases, sum(policy.values()) + reference_ops, floor)
 
 
 def _forward_seconds(model: ModelInfo, length: int, rows: int, speed: Speed) -> float:
@@ -213,3 +234,16 @@ def evaluation_seconds(model: ModelInfo, training: TrainingConfig, speed: Speed,
     rows = training.batch_size // training.hosts
     return max(_forward_seconds(model, max(min(width, training.max_seq_length) - 1, 1), rows, speed),
                _floor(model, training, speed))
+
+
+def preference_step_time(run, model: ModelInfo, speed: Speed, length: int | None = None,
+                         prompt_length: int | None = None) -> StepTime:
+    """A step of an mlx_lm_lora.train run (model/preference.py PreferenceRun): DPO's policy
+    over chosen and rejected rows and its reference's forwards, CPO's and ORPO's policy
+    alone, GRPO's generation of group_size completions token by token, the reference's
+    forward and the policy's step. `length`: the widest pair (DPO, CPO, ORPO);
+    `prompt_length`: GRPO's longest prompt (default: max_seq_length)."""
+    if run.mode == "grpo":
+        prompt = min(prompt_length or run.training.max_seq_length, run.training.max_seq_length)
+        return grpo_step_time(model, run.training, speed, prompt, run.group_size, run.max_completion_length)
+    return dpo_step_time(model, run.training, speed, length, reference=run.has_reference)

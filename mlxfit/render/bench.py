@@ -186,7 +186,10 @@ def sweep_progress(total: int, varying: list[str], quiet: bool = False):
                 progress.advance(task)
             elif kind == "row":
                 if event["row"].status != ESTIMATED:
-                        progress.console.print(row_line(event["row"], f"[{event['index']}/{event['total']}] {label(settings_of(event['row']), varying)}"))
+                    # Without a terminal (a log, a pipe) each row is one line, however long.
+                    progress.console.print(row_line(event["row"], f"[{event['index']}/{event['total']}] "
+                                                                  f"{label(settings_of(event['row']), varying)}"),
+                                           soft_wrap=not err_console.is_terminal)
                 progress.advance(task)
 
         yield on_event

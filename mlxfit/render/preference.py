@@ -11,6 +11,7 @@ from ..model.preference import EXTRA, PREFERENCE_MODES
 from ..units import format_gb, format_size
 from .inputs import storage_words
 from .text import console, print_fields, print_hanging, print_table, verdict_markup, verdict_text
+from .time import render_time
 
 
 
@@ -48,7 +49,8 @@ def logits_words(estimate) -> str:
     return escape(f"Logits: the fitted count (the buffers held depend on MLX's evaluation order; {how}).")
 
 
-def render(model, run, estimate, usable, plans, stats=None, measured=None, notes=(), verbose: bool = False) -> None:
+def render(model, run, estimate, usable, plans, stats=None, measured=None, notes=(), verbose: bool = False,
+           time=None) -> None:
     """By default the verdict first, then what fits (the plan, or the single changes
     that fit), then what was sized; `verbose` (-v): what was sized, each phase with its
     parts, the logits' count, the verdict and every change."""
@@ -57,6 +59,7 @@ def render(model, run, estimate, usable, plans, stats=None, measured=None, notes
         render_brief_plans(plans)
         if measured is not None:
             render_measured(run, estimate, measured)
+        render_time(time)
         render_sized(model, run, estimate, stats, notes)
         console.print("[dim]-v shows each phase's parts and every change · GB = 10^9 bytes.[/]")
         return
@@ -89,6 +92,7 @@ def render(model, run, estimate, usable, plans, stats=None, measured=None, notes
         render_combination(combo)
     if measured is not None:
         render_measured(run, estimate, measured)
+    render_time(time)
 
 
 def render_sized(model, run, estimate, stats, notes) -> None:

@@ -426,11 +426,11 @@ def render_remedies(plan: Plan, longest=()) -> None:
         best, *others = plan.options
         print_hanging(f"[bold]{words}.[/]", indent=0)
         console.print("[bold]The plan that fits at the least cost:[/]")
-        render_option(best)
+        render_option(best, plan)
         if others:
             console.print("[bold]Alternatives:[/]")
             for option in others:
-                render_option(option)
+                render_option(option, plan)
         print_hanging("[dim]Add the flags to your command; probing again confirms the plan. Cheapest first: what "
                       "costs only speed (checkpointing, accumulation), then what changes the training.[/]", indent=0)
     elif plan.selected.cannot:
@@ -453,7 +453,7 @@ def render_remedies(plan: Plan, longest=()) -> None:
                 result = ""
             else:
                 result = f" → {format_gb(r.new_bytes)}, {verdict_markup(r.verdict)}"
-            print_hanging(f"  [bold]{r.change}[/]{result} · [dim]{r.why}[/]", indent=4)
+            print_hanging(f"  [bold]{r.change}[/]{result} · [dim]{r.why}{_time_cost(r, plan)}[/]", indent=4)
 
 
 def flag_pairs(flags: str) -> list[str]:
@@ -467,9 +467,18 @@ def flag_pairs(flags: str) -> list[str]:
     return pairs
 
 
-def render_option(option) -> None:
+def _time_cost(remedy, plan: Plan | None) -> str:
+    """'; 3 h 10 min (2 h 30 min now)' where the remedy's run is timed, else nothing."""
+    from .time import cost_in_time
+
+    if getattr(remedy, "run_seconds", None) is None or plan is None:
+        return ""
+    return "; " + cost_in_time(remedy.run_seconds, remedy.iters, plan.run_seconds, plan.run_iters)
+
+
+def render_option(option, plan: Plan | None = None) -> None:
     print_fields("", [Text(p, style="bold") for p in flag_pairs(option.flags)], sep=" ", indent=4)
-    costs = "; ".join(c.costs for c in option.changes)
+    costs = "; ".join(c.costs for c in option.changes) + _time_cost(option, plan)
     kind = "costs speed only" if option.speed_only else "costs"
     print_hanging(f"      → {format_gb(option.new_bytes)}, {verdict_markup(option.verdict)} · {kind}: [dim]{costs}[/]", indent=8)
 
@@ -619,7 +628,7 @@ def render_brief_remedies(plan: Plan) -> None:
         more = f" (-v: {len(others)} alternative{'s' if len(others) != 1 else ''})" if others else ""
         label = run_label(plan.training)
         console.print(f"[bold]The plan that fits {label} at the least cost{more}:[/]")
-        render_option(best)
+        render_option(best, plan)
         if plan.model.quantized and plan.training.fine_tune_type == "full":
             print_hanging(f"[dim]Full fine-tuning itself needs the 16-bit base: {FULL_ON_QUANTIZED_REMEDY}.[/]", indent=0)
     elif plan.model.architecture is not None and all(e.cannot for e in plan.estimates):
@@ -638,7 +647,7 @@ def render_brief_remedies(plan: Plan) -> None:
             result = ""
             if r.new_bytes is not None:
                 result = f" → {format_gb(r.new_bytes)}, {verdict_markup(r.verdict)}"
-            print_hanging(f"  [bold]{r.change}[/]{result} · [dim]{r.why}[/]", indent=4)
+            print_hanging(f"  [bold]{r.change}[/]{result} · [dim]{r.why}{_time_cost(r, plan)}[/]", indent=4)
 
 
 FULL_ON_QUANTIZED_REMEDY = ("train the original 16-bit model, or dequantize this one (mlx_lm.convert --dequantize); "

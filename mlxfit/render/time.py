@@ -30,7 +30,28 @@ def time_line(time, checkpointed=None) -> str:
     line += ", over --data's batch widths)" if time.from_data else ")"
     if checkpointed is not None:
         line += f"; {clock(checkpointed.seconds)} with --grad-checkpoint"
+    if speed.correction:
+        line += f"; {correction_words(speed.correction)}"
     return line
+
+
+def correction_words(c: dict) -> str:
+    """corrected by your measurement of 305 tokens/s (batch 4 × 512 tokens, 2025-03-01): 1.31× the rates' estimate"""
+    pace = f"{c['tokens_per_second']:,.0f} tokens/s" if c.get("tokens_per_second") else f"{c['step_seconds']:.3g} s a step"
+    when = f", {c['date']}" if c.get("date") else ""
+    return (f"corrected by your measurement of {pace} (batch {c['batch_size']} × {c['width']:,} tokens{when}): "
+            f"{c['factor']:.2f}× the estimate at this machine's rates")
+
+
+def cost_in_time(run_seconds, iters, now_seconds, now_iters) -> str:
+    """What a remedy's run takes beside the run as given: "3 h 10 min (2 h 30 min now)";
+    a smaller batch names its iterations: "... for 4,000 iterations, the same examples"."""
+    if run_seconds is None:
+        return ""
+    words = clock(run_seconds)
+    if iters is not None and now_iters is not None and iters != now_iters:
+        words += f" for {iters:,} iterations, the same examples"
+    return words + (f" ({clock(now_seconds)} now)" if now_seconds is not None else "")
 
 
 def measured_line(measured: dict) -> str:
