@@ -555,7 +555,7 @@ def oom_rows() -> list[str]:
         plan = ev.oom_plan(oom)
         e = plan.selected
         lo, hi = e.predicted_range_bytes
-        out.append(f"| {oom.key} | {oom.machine_gb:g} GB | {e.usable_bytes / 1e9:.1f} GB | {lo / 1e9:.1f}–{hi / 1e9:.1f} GB | {e.verdict} |")
+        out.append(f"| {oom.key} | {oom.machine_gb:g} GB | {e.usable_bytes / 1e9:.1f} GB | {lo / 1e9:.1f}–{hi / 1e9:.1f} GB | {e.verdict.value} |")
     return out
 
 
