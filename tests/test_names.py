@@ -50,3 +50,15 @@ def test_no_stray_names_in_the_code_its_tests_and_docs(folder):
              and not {"results", "evidence"} & set(p.relative_to(ROOT).parts)]
     stray = {str(p.relative_to(ROOT)): names for p in files if (names := stray_names(p.read_text(encoding="utf-8")))}
     assert not stray
+
+
+@pytest.mark.parametrize("folder", ["mlxfit", "tests", "benchmarks", "docs"])
+def test_every_test_or_benchmark_file_named_exists(folder):
+    """A comment that says which test pins a fact names a file that is there (renames included)."""
+    named = re.compile(r"\b((?:tests|benchmarks)/[\w/]+\.py)\b")
+    files = [p for p in sorted((ROOT / folder).rglob("*")) if p.suffix in (".py", ".json", ".md") and p.is_file()
+             and "results" not in p.relative_to(ROOT).parts]
+    missing = {str(p.relative_to(ROOT)): sorted({m for m in named.findall(p.read_text(encoding="utf-8"))
+                                                 if not (ROOT / m).exists()})
+               for p in files}
+    assert not {path: names for path, names in missing.items() if names}
