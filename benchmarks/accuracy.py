@@ -10,11 +10,11 @@ process), and compares the prediction with the measured peak
 
     python benchmarks/accuracy.py            # measure what is missing, report
     python benchmarks/accuracy.py --fit      # also refit the CPU coefficients
-    python benchmarks/accuracy.py --heldout-2030   # the latest runs never fitted (below)
+    python benchmarks/accuracy.py --check shipped_weak_kinds   # runs never fitted (below)
 
 Measurements are cached in benchmarks/results/accuracy_measurements.jsonl (one
 line per configuration), so a re-run only measures what is new. Coefficients are
-fitted on two thirds of the grid and on the 56 runs of the 2026 check (which
+fitted on two thirds of the grid and on the 56 runs of the first-fit check (which
 tested the coefficients before these; accuracy-notes.md), and the error is reported
 separately on the grid's held-out third (`subset`: a third of every architecture's
 configurations), on 24 fresh random configurations drawn after the first fit, on 4
@@ -22,12 +22,13 @@ measured after it to probe its weakest fresh row, and on architectures never fit
 Each run is also predicted by a fit that never saw it (`cross_validated`: ten folds
 of the fit set); benchmarks/mac_evidence.py draws the CPU range from those.
 
---heldout-2028, --heldout-2029 and --heldout-2030 are separate checks, never part of
-the fit nor of the range, each drawn after the change the one before prompted (random
-draws with a new seed, and the kinds the one before found weakest; HELDOUT_CHECKS says
-which). Each writes benchmarks/results/accuracy_heldout_<year>.md against the targets:
-median |error| <= 3%, worst <= 12% or 8 MB, no underestimate below -8% or 8 MB, and the
-measured peak inside the CPU range on >= 90%. Only the latest is blind.
+`--check NAME` runs one of HELDOUT_CHECKS, separate checks never part of the fit nor of
+the range, each named by the estimate it was drawn to test: the checkpoint refit, the DoRA
+counts, the half-precision DoRA count, and the weak kinds of the estimate as shipped
+(random draws with a seed of their own, and the kinds the check before found weakest).
+Each writes benchmarks/results/accuracy_check_<name>.md against the targets: median
+|error| <= 3%, worst <= 12% or 8 MB, no underestimate below -8% or 8 MB, and the measured
+peak inside the CPU range on >= 90%. The last two are blind: together, the blind CPU set.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ NEW_ARCHS = {
         "layer_types": ["linear_attention"] * 3 + ["full_attention"]}},
 }
 ARCHS.update(NEW_ARCHS)
-ARCHS["llama-24l"] = dict(ARCHS["llama-tied-8k"], num_hidden_layers=24)  # checkpointing at depth (the 2026 and 2028 checks)
+ARCHS["llama-24l"] = dict(ARCHS["llama-tied-8k"], num_hidden_layers=24)  # checkpointing at depth
 ARCHS.update({name: dict(ARCHS[base], **change) for name, (base, change) in SMALL_VOCAB.items()})
 _TARGETED = [
     ("phi3-8k", "lora", 1, 512, 4, "adafactor", False), ("llama-as-phi3", "lora", 1, 512, 4, "adafactor", False),
@@ -148,7 +149,7 @@ FRESH = 24  # later draws, measured after the coefficients were fixed: never fit
 
 
 def grid(seed: int = 7) -> list[dict]:
-    """A deterministic random grid (every knob of the issue appears across it),
+    """A deterministic random grid (every training knob appears across it),
     the targeted configurations, then the architectures outside the fit."""
     size = RANDOM_FITTED + FRESH
     specs = random_grid(size, seed) + targeted(size)
@@ -223,8 +224,8 @@ def random_grid(size: int, seed: int) -> list[dict]:
 
 
 # (arch, dtype, method, batch, length, layers, grad_checkpoint): the weak kinds of the
-# 2026 check, drawn after the fit.
-_WEAK_KINDS_2026 = [
+# first fit, drawn after it.
+_WEAK_KINDS_OF_FIRST_FIT = [
     ("llama-tied-8k", "float32", "qdora", 1, 32, -1, False), ("llama-tied-8k", "float32", "qdora", 1, 64, -1, True),
     ("qwen3-16k", "float32", "qdora", 2, 128, -1, False),
     ("llama-tied-8k", "bfloat16", "lora", 1, 64, -1, False), ("qwen3-16k", "bfloat16", "lora", 2, 32, -1, False),
@@ -234,8 +235,8 @@ _WEAK_KINDS_2026 = [
     ("mixtral-moe", "float32", "lora", 8, 512, -1, False), ("qwen3moe-8k", "float32", "lora", 8, 256, -1, False),
     ("mixtral-moe", "float32", "lora", 4, 256, -1, True),
 ]
-HELDOUT_2026 = 1000  # indices of the 2026 check, apart from the grid's
-# Drawn after the checkpoint refit that the 2026 check prompted, to check that refit blind:
+FIRST_FIT_CHECK = 1000  # indices of the first fit's check, apart from the grid's
+# Drawn after the checkpoint refit that the first fit's check prompted, to check that refit blind:
 # deeper checkpointed models than any before it, and random draws with another seed.
 ARCHS["qwen3-32l"] = dict(ARCHS["qwen3-16k"], num_hidden_layers=32)
 ARCHS["llama-16l-4k"] = dict(ARCHS["llama-tied-8k"], num_hidden_layers=16, vocab_size=4096)
@@ -247,27 +248,28 @@ _AFTER_REFIT = [
 ]
 
 
-def heldout_2026() -> list[dict]:
-    specs = [dict(s, index=HELDOUT_2026 + s["index"], heldout_2026=True) for s in random_grid(28, seed=2026)]
-    for arch, dtype, method, batch, length, layers, gc in _WEAK_KINDS_2026:
-        specs.append({"index": HELDOUT_2026 + len(specs), "heldout_2026": True, "weak_kind": True, "arch": arch, "dtype": dtype,
-                      "method": method, "batch_size": batch, "max_seq_length": length, "rank": 8, "num_layers": layers,
-                      "grad_checkpoint": gc, "optimizer": "adam"})
+def first_fit_check() -> list[dict]:
+    """The check of the first fit (random draws, its weak kinds, then runs drawn after the
+    checkpoint refit it prompted), whose runs then joined the fit."""
+    specs = [dict(s, index=FIRST_FIT_CHECK + s["index"], first_fit_check=True) for s in random_grid(28, seed=2026)]
+    for arch, dtype, method, batch, length, layers, gc in _WEAK_KINDS_OF_FIRST_FIT:
+        specs.append({"index": FIRST_FIT_CHECK + len(specs), "first_fit_check": True, "weak_kind": True, "arch": arch,
+                      "dtype": dtype, "method": method, "batch_size": batch, "max_seq_length": length, "rank": 8,
+                      "num_layers": layers, "grad_checkpoint": gc, "optimizer": "adam"})
     for s in random_grid(8, seed=2027):
-        specs.append(dict(s, index=HELDOUT_2026 + len(specs), heldout_2026=True, after_refit=True))
+        specs.append(dict(s, index=FIRST_FIT_CHECK + len(specs), first_fit_check=True, after_refit=True))
     for arch, dtype, method, batch, length, layers, gc in _AFTER_REFIT:
-        specs.append({"index": HELDOUT_2026 + len(specs), "heldout_2026": True, "after_refit": True, "arch": arch,
+        specs.append({"index": FIRST_FIT_CHECK + len(specs), "first_fit_check": True, "after_refit": True, "arch": arch,
                       "dtype": dtype, "method": method, "batch_size": batch, "max_seq_length": length, "rank": 8,
                       "num_layers": layers, "grad_checkpoint": gc, "optimizer": "adam"})
     return specs
 
 
-# The 2028 check: drawn before the refit on the 2026 runs and never fitted, nor used for a range.
-# Random draws with a new seed, and the kinds the 2026 check found weakest: MoE with
-# checkpointing and at large batches, DoRA checkpointed at depth, QDoRA at short sequences,
-# half precision at small widths, LoRA checkpointed at 24 to 32 blocks.
-HELDOUT_2028 = 2000
-_WEAK_KINDS_2028 = [
+# The checkpoint refit's check: drawn before the first fit's check joined the fit, and never
+# fitted, nor used for a range. Random draws with a new seed, and the kinds the first fit's check
+# found weakest: MoE with checkpointing and at large batches, DoRA checkpointed at depth, QDoRA
+# at short sequences, half precision at small widths, LoRA checkpointed at 24 to 32 blocks.
+_WEAK_KINDS_AFTER_CHECKPOINT_REFIT = [
     ("mixtral-moe", "float32", "lora", 2, 512, -1, True), ("mixtral-moe", "float32", "full", 2, 256, -1, True),
     ("qwen3moe-8k", "float32", "lora", 8, 128, -1, True), ("mixtral-moe", "float32", "lora", 8, 256, -1, False),
     ("qwen3moe-8k", "float32", "full", 4, 512, -1, False), ("llama-24l", "float32", "dora", 4, 256, -1, True),
@@ -279,30 +281,32 @@ _WEAK_KINDS_2028 = [
 ]
 
 
-def _check(year: int, start: int, draws: int, weak_kinds: list) -> list[dict]:
-    """A held-out check: `draws` random configurations (seed `year`) and `weak_kinds`, indexed
-    from `start`, less any that repeat a configuration measured before it: the grid, the 2026
-    check and every earlier check of HELDOUT_CHECKS (one 2028 draw repeats 1010)."""
-    earlier = grid() + heldout_2026() + [s for y, (draw, _) in HELDOUT_CHECKS.items() if y < year for s in draw()]
+def _check(name: str, seed: int, start: int, draws: int, weak_kinds: list) -> list[dict]:
+    """A held-out check: `draws` random configurations (`seed`) and `weak_kinds`, indexed
+    from `start`, less any that repeat a configuration measured before it: the grid, the first
+    fit's check and every check before it in HELDOUT_CHECKS (one draw of the checkpoint refit's
+    check repeats 1010)."""
+    before = list(HELDOUT_CHECKS)[:list(HELDOUT_CHECKS).index(name)]
+    earlier = grid() + first_fit_check() + [s for other in before for s in HELDOUT_CHECKS[other][0]()]
     seen = {spec_key(s) for s in earlier}
-    drawn = [dict(s, index=start + s["index"], check=year) for s in random_grid(draws, seed=year)]
-    weak = [{"index": start + draws + i, "check": year, "weak_kind": True, "arch": arch, "dtype": dtype, "method": method,
+    drawn = [dict(s, index=start + s["index"], check=name) for s in random_grid(draws, seed=seed)]
+    weak = [{"index": start + draws + i, "check": name, "weak_kind": True, "arch": arch, "dtype": dtype, "method": method,
              "batch_size": batch, "max_seq_length": length, "rank": 8, "num_layers": layers, "grad_checkpoint": gc,
              "optimizer": "adam"}
             for i, (arch, dtype, method, batch, length, layers, gc) in enumerate(weak_kinds)]
     return [s for s in drawn + weak if spec_key(s) not in seen]
 
 
-def heldout_2028() -> list[dict]:
-    return _check(2028, HELDOUT_2028, 32, _WEAK_KINDS_2028)
+def checkpoint_refit_check() -> list[dict]:
+    return _check("checkpoint_refit", seed=2028, start=2000, draws=32, weak_kinds=_WEAK_KINDS_AFTER_CHECKPOINT_REFIT)
 
 
-# The 2029 check: drawn after the DoRA and soft-capping counts that the 2028 check prompted,
-# never fitted nor used for a range. Random draws with a new seed, and the kinds that change
-# touched or that were weakest: DoRA on float32 and half-precision bases (checkpointed or not,
-# Phi-3's fused projections), Gemma 2's soft-capped logits, MoE, checkpointing at depth.
-HELDOUT_2029 = 3000
-_WEAK_KINDS_2029 = [
+# The DoRA counts' check: drawn after the DoRA and soft-capping counts that the checkpoint
+# refit's check prompted, never fitted nor used for a range. Random draws with a new seed, and
+# the kinds that change touched or that were weakest: DoRA on float32 and half-precision bases
+# (checkpointed or not, Phi-3's fused projections), Gemma 2's soft-capped logits, MoE,
+# checkpointing at depth.
+_WEAK_KINDS_AFTER_DORA_COUNTS = [
     ("phi3-8k", "float32", "dora", 4, 64, -1, True), ("phi3-8k", "float32", "dora", 1, 1024, 4, False),
     ("qwen2-32k", "bfloat16", "dora", 2, 64, -1, True), ("gemma2-16k", "bfloat16", "dora", 1, 128, -1, True),
     ("qwen3-16k", "bfloat16", "dora", 2, 64, -1, False), ("llama-tied-8k", "bfloat16", "dora", 1, 256, -1, True),
@@ -313,15 +317,15 @@ _WEAK_KINDS_2029 = [
 ]
 
 
-def heldout_2029() -> list[dict]:
-    return _check(2029, HELDOUT_2029, 32, _WEAK_KINDS_2029)
+def dora_count_check() -> list[dict]:
+    return _check("dora_count", seed=2029, start=3000, draws=32, weak_kinds=_WEAK_KINDS_AFTER_DORA_COUNTS)
 
 
-# The 2030 check: drawn after the half-precision checkpointed DoRA count that the 2029 check
-# prompted, never fitted nor used for a range: random draws with a new seed, DoRA on half-precision
-# and float32 bases with and without checkpointing, and long checkpointed full fine-tunes.
-HELDOUT_2030 = 4000
-_WEAK_KINDS_2030 = [
+# The half-precision DoRA count's check: drawn after the count of a checkpointed half-precision
+# DoRA's adapted weights that the DoRA counts' check prompted, never fitted nor used for a range:
+# random draws with a new seed, DoRA on half-precision and float32 bases with and without
+# checkpointing, and long checkpointed full fine-tunes.
+_WEAK_KINDS_AFTER_DORA_HALF_COUNT = [
     ("llama-tied-8k", "bfloat16", "dora", 2, 128, -1, True), ("qwen3-16k", "bfloat16", "dora", 1, 256, -1, True),
     ("qwen2-32k", "bfloat16", "dora", 1, 128, 4, True), ("gemma2-16k", "bfloat16", "dora", 2, 64, -1, True),
     ("llama-24l", "bfloat16", "dora", 1, 128, -1, True), ("phi3-8k", "bfloat16", "dora", 1, 128, -1, True),
@@ -331,17 +335,17 @@ _WEAK_KINDS_2030 = [
 ]
 
 
-def heldout_2030() -> list[dict]:
-    return _check(2030, HELDOUT_2030, 12, _WEAK_KINDS_2030)
+def dora_half_count_check() -> list[dict]:
+    return _check("dora_half_count", seed=2030, start=4000, draws=12, weak_kinds=_WEAK_KINDS_AFTER_DORA_HALF_COUNT)
 
 
-# The 2031 check: more blind runs of the coefficients the 2030 check measured (no CPU term changed
-# since), so that the two pool into one fresh set of the model as shipped. Random draws with a new
-# seed, the kinds issue 19 named weakest (QDoRA at 1 x 32, half-precision LoRA of tiny models,
-# 24-block LoRA checkpointed at 4 x 512, MoE LoRA at 8 x 512), and checkpointed full fine-tunes at
-# long sequences on the architectures the 2030 check did not try them on.
-HELDOUT_2031 = 5000
-_WEAK_KINDS_2031 = [
+# The shipped estimate's weak kinds: more blind runs of the coefficients the half-precision DoRA
+# count's check measured (no CPU term changed since), so that the two pool into one blind set of
+# the model as shipped. Random draws with a new seed, the kinds the estimate had been weakest at
+# (QDoRA at 1 x 32, half-precision LoRA of tiny models, 24-block LoRA checkpointed at 4 x 512, MoE
+# LoRA at 8 x 512), and checkpointed full fine-tunes at long sequences on the architectures the
+# half-precision DoRA count's check did not try them on.
+_SHIPPED_WEAK_KINDS = [
     ("qwen2-32k", "float32", "qdora", 1, 32, -1, False), ("phi3-8k", "float32", "qdora", 1, 32, -1, True),
     ("qwen2-32k", "bfloat16", "lora", 1, 64, -1, False), ("gemma3-32k", "bfloat16", "lora", 2, 64, -1, True),
     ("llama-24l", "float32", "lora", 4, 512, 16, True), ("qwen3moe-8k", "float32", "lora", 8, 512, -1, False),
@@ -351,8 +355,8 @@ _WEAK_KINDS_2031 = [
 ]
 
 
-def heldout_2031() -> list[dict]:
-    return _check(2031, HELDOUT_2031, 16, _WEAK_KINDS_2031)
+def shipped_weak_kinds_check() -> list[dict]:
+    return _check("shipped_weak_kinds", seed=2031, start=5000, draws=16, weak_kinds=_SHIPPED_WEAK_KINDS)
 
 
 def subset(spec: dict) -> str:
@@ -360,11 +364,11 @@ def subset(spec: dict) -> str:
     the random grid cycles through, so each is both fitted and tested), "fresh"
     or "after-fit" (the last two measured once the coefficients were fixed)."""
     if "check" in spec:
-        return f"{'weak kinds' if spec.get('weak_kind') else 'drawn'} {spec['check']}"
-    if spec.get("heldout_2026"):
+        return "weak kinds" if spec.get("weak_kind") else "drawn"
+    if spec.get("first_fit_check"):
         if spec.get("after_refit"):
-            return "after the refit"
-        return "weak kinds 2026" if spec.get("weak_kind") else "drawn 2026"
+            return "after the refit (fitted later)"
+        return "weak kinds (fitted later)" if spec.get("weak_kind") else "drawn (fitted later)"
     if spec.get("after_fit"):
         return "after-fit"
     if spec.get("new_arch"):
@@ -377,7 +381,7 @@ def subset(spec: dict) -> str:
 
 
 def spec_key(spec: dict) -> str:
-    body = {k: v for k, v in spec.items() if k not in ("index", "after_fit", "new_arch", "heldout_2026", "check", "weak_kind", "after_refit")}
+    body = {k: v for k, v in spec.items() if k not in ("index", "after_fit", "new_arch", "first_fit_check", "check", "weak_kind", "after_refit")}
     body["config"] = ARCHS[spec["arch"]]
     return hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -454,24 +458,24 @@ def _design_row(spec: dict) -> tuple[dict, float, float]:
 STARTS = 40
 # Underestimates weigh twice as much as overestimates: an underestimate crashes a run, but an
 # overestimate is not safe either (it turns runs that fit into "does not fit"). Chosen by
-# ten-fold cross-validation on the 2026 fit set (cross_validated): weights 5, 2 and 1 gave
+# ten-fold cross-validation on the fit set (cross_validated): weights 5, 2 and 1 gave
 # median |error| 2.62%, 2.20% and 2.11%, and 2, 3 and 3 of 238 runs under -8% (and 8 MB).
 UNDER_WEIGHT = 2.0
 FOLDS = 10
 # Counted, not fitted: mx.checkpoint keeps one input per checkpointed block (as on Metal,
 # benchmarks/mac_evidence.py). Fitted, it took 4.0 per block, which checkpointing at 24
-# blocks showed 29% high (the 2026 check); what does not grow with depth is
+# blocks showed 29% high (the first fit's check); what does not grow with depth is
 # checkpoint_ahead's.
 # And QDoRA's dequantized weights: each adapted layer's, once (mlxfit/estimate/detailed.py).
 # And DoRA's adapted weight (w + scale * B^T A^T, float32): the one being built. Fitted, it
 # took 14 of the largest, which stood for the float32 adapter outputs of half-precision
 # models (now counted); traced on float32 Phi-3 and Qwen2 DoRA at 2 x 64, one is alive at the
-# peak, and the blind 2028 check read +33.0% on such a Phi-3 run with the fitted 14.
+# peak, and the blind checkpoint refit's check read +33.0% on such a Phi-3 run with the fitted 14.
 # And the final logits' soft-capping (gemma2, gemma3n, gemma4): its tanh output, kept for its VJP.
 # Traced at 2 x 512 (benchmarks/trace_peak.py 86 with gemma2-16k and qwen3-16k, the same
 # vocabulary): 5 logits-sized buffers against 4 with the CPU's run-ahead, 4 against 3 without.
 # And, checkpointed on a half-precision model, every trained block's DoRA adapted weights
-# (dora_half, traced; the blind 2029 check read such runs up to -26% without them).
+# (dora_half, traced; the blind DoRA counts' check read such runs up to -26% without them).
 COUNTED = {"checkpoint": 1.0, "qdora_weights": 1.0, "dora": 1.0, "dora_half": 1.0, "logits_softcap": 1.0}
 
 
@@ -526,9 +530,9 @@ def fit(rows: list[dict]) -> dict:
 
 
 def fitted(spec: dict) -> bool:
-    """The fit set: the grid's fit subset and every run of the 2026 check (which tested the
-    coefficients before these, and then joined their fit)."""
-    return subset(spec) == "fit" or bool(spec.get("heldout_2026"))
+    """The fit set: the grid's fit subset and every run of the first fit's check (which tested
+    the coefficients before these, and then joined their fit)."""
+    return subset(spec) == "fit" or bool(spec.get("first_fit_check"))
 
 
 def fold(spec: dict) -> int:
@@ -605,9 +609,9 @@ def write(table: list[dict], coefficients: dict) -> str:
         "| set | n | median abs error | worst abs error | worst underestimate |",
         "|---|---|---|---|---|",
     ]
-    names = ("fit", "drawn 2026", "weak kinds 2026", "after the refit", "held-out", "fresh", "after-fit", "new-arch")
-    sets = [("all", table)] + [(name + (" (fitted)" if "2026" in name or "refit" in name else ""),
-                                [r for r in table if r["set"] == name]) for name in names]
+    names = ("fit", "drawn (fitted later)", "weak kinds (fitted later)", "after the refit (fitted later)", "held-out", "fresh",
+             "after-fit", "new-arch")
+    sets = [("all", table)] + [(name, [r for r in table if r["set"] == name]) for name in names]
     for label, rows in sets:
         if not rows:
             continue
@@ -635,42 +639,50 @@ def write(table: list[dict], coefficients: dict) -> str:
     return text
 
 
+# name -> (its runs, what they are), in the order they were drawn: each check's runs are new
+# against every check before it.
 HELDOUT_CHECKS = {
-    2028: (heldout_2028, "configurations (31 random draws, seed 2028, one draw that repeated a measured configuration "
-                         "left out; 16 of the kinds the 2026 check found weakest), drawn before the coefficients were refitted "
-                         "on the 2026 runs, and never fitted nor used for a range. Measured blind, it read median 3.03%, worst "
-                         "+33.0% and 44 of 47 inside the range; its two Phi-3 DoRA rows then prompted the DoRA and soft-capping "
-                         "counts (docs/accuracy-notes.md), so the figures below, with those counts, are no longer blind: the "
-                         "2029 check is"),
-    2029: (heldout_2029, "configurations drawn after the DoRA and soft-capping counts that the 2028 check prompted (32 random "
-                         "draws, seed 2029, and 14 of the kinds that change touched or that were weakest, less any that repeat "
-                         "a measured configuration), never fitted nor used for a range. Measured blind, it read median 2.15%, "
-                         "worst -26.2% and 37 of 46 inside the range; its half-precision checkpointed DoRA rows then prompted "
-                         "that count (docs/accuracy-notes.md), so the figures below, with it, are no longer blind: the 2030 "
-                         "check is"),
-    2030: (heldout_2030, "configurations drawn after the half-precision checkpointed DoRA count that the 2029 check prompted "
-                         "(12 random draws, seed 2030, and 12 of DoRA on half-precision and float32 bases and long checkpointed "
-                         "full fine-tunes, less any that repeat a measured configuration), never fitted nor used for a range"),
-    2031: (heldout_2031, "configurations of the same coefficients as the 2030 check (no CPU term has changed since): 16 "
-                         "random draws, seed 2031, and 12 of the kinds issue 19 named weakest and of checkpointed full "
-                         "fine-tunes at long sequences, less any that repeat a measured configuration; never fitted nor "
-                         "used for a range. With the 2030 check's runs they make one blind set of the model as shipped"),
+    "checkpoint_refit": (
+        checkpoint_refit_check,
+        "configurations (31 random draws, seed 2028, one draw that repeated a measured configuration left out; 16 of "
+        "the kinds the first fit's check found weakest), drawn after the checkpoint refit, before the first fit's check "
+        "joined the fit, and never fitted nor used for a range. Measured blind, it read median 3.03%, worst +33.0% and "
+        "44 of 47 inside the range; its two Phi-3 DoRA rows then prompted the DoRA and soft-capping counts "
+        "(docs/accuracy-notes.md), so the figures below, with those counts, are no longer blind: the dora_count check is"),
+    "dora_count": (
+        dora_count_check,
+        "configurations drawn after the DoRA and soft-capping counts that the checkpoint_refit check prompted (32 random "
+        "draws, seed 2029, and 14 of the kinds that change touched or that were weakest, less any that repeat a measured "
+        "configuration), never fitted nor used for a range. Measured blind, it read median 2.15%, worst -26.2% and 37 of "
+        "46 inside the range; its half-precision checkpointed DoRA rows then prompted that count "
+        "(docs/accuracy-notes.md), so the figures below, with it, are no longer blind: the dora_half_count check is"),
+    "dora_half_count": (
+        dora_half_count_check,
+        "configurations drawn after the half-precision checkpointed DoRA count that the dora_count check prompted (12 "
+        "random draws, seed 2030, and 12 of DoRA on half-precision and float32 bases and long checkpointed full "
+        "fine-tunes, less any that repeat a measured configuration), never fitted nor used for a range"),
+    "shipped_weak_kinds": (
+        shipped_weak_kinds_check,
+        "configurations of the same coefficients as the dora_half_count check (no CPU term has changed since): 16 random "
+        "draws, seed 2031, and 12 of the kinds the estimate had been weakest at and of checkpointed full fine-tunes at "
+        "long sequences, less any that repeat a measured configuration; never fitted nor used for a range. With the "
+        "dora_half_count check's runs they make the blind CPU set, of the model as shipped"),
 }
 # Checks of the same coefficients, reported together as one blind set.
-POOLED = {2031: (2030,)}
+POOLED = {"shipped_weak_kinds": ("dora_half_count",)}
 
 
 def every_row() -> list[dict]:
-    """Every configuration with an index: the grid, the 2026 check and each HELDOUT_CHECKS year."""
-    return grid() + heldout_2026() + [s for draw, _ in HELDOUT_CHECKS.values() for s in draw()]
+    """Every configuration with an index: the grid, the first fit's check and each of HELDOUT_CHECKS."""
+    return grid() + first_fit_check() + [s for draw, _ in HELDOUT_CHECKS.values() for s in draw()]
 
 
-def heldout_report(year: int, measure_now: bool) -> None:
+def heldout_report(name: str, measure_now: bool) -> None:
     """A held-out check against its targets (module docstring), written to
-    benchmarks/results/accuracy_heldout_<year>.md."""
+    benchmarks/results/accuracy_check_<name>.md."""
     from mlxfit.estimate.uncertainty import range_factors
 
-    draw, about = HELDOUT_CHECKS[year]
+    draw, about = HELDOUT_CHECKS[name]
     specs = draw()
     cache = load_cache()
     if measure_now:
@@ -688,17 +700,17 @@ def heldout_report(year: int, measure_now: bool) -> None:
         return table
 
     table = scored(specs)
-    pooled = table + [r for y in POOLED.get(year, ()) for r in scored(HELDOUT_CHECKS[y][0]())]
-    lines = [f"# The {year} held-out CPU check", "",
-             f"Produced by `python benchmarks/accuracy.py --heldout-{year}`: {len(table)} of {len(specs)} {about}. Each is "
+    pooled = table + [r for other in POOLED.get(name, ()) for r in scored(HELDOUT_CHECKS[other][0]())]
+    lines = [f"# The {name} check (held out, CPU)", "",
+             f"Produced by `python benchmarks/accuracy.py --check {name}`: {len(table)} of {len(specs)} {about}. Each is "
              "measured with `--measure` (`peak_with_load_bytes`, what mlx-lm's trainer reports). Error = (predicted - measured) "
              f"/ measured. Range: the CPU range [{low}, {high}] x the estimate. Measured with OpenBLAS preloaded (memory does "
              "not depend on it).", "",
              "| set | n | median abs error | worst | worst underestimate | worst within 12% or 8 MB | no under below -8% or 8 MB | inside the range |",
              "|---|---|---|---|---|---|---|---|"]
-    sets = [("all", table)] + [(n, [r for r in table if r["set"] == n]) for n in (f"drawn {year}", f"weak kinds {year}")]
+    sets = [("all", table)] + [(n, [r for r in table if r["set"] == n]) for n in ("drawn", "weak kinds")]
     if len(pooled) > len(table):
-        sets.append((" and ".join(map(str, sorted((year, *POOLED[year])))) + ": one blind set", pooled))
+        sets.append((f"the blind CPU set: with {' and '.join(POOLED[name])}", pooled))
     for label, rows in sets:
         if rows:
             s = summarize(rows, "error_pct")
@@ -713,7 +725,7 @@ def heldout_report(year: int, measure_now: bool) -> None:
                      f"{r['measured_bytes'] / 1e6:.1f} | {r['predicted_bytes'] / 1e6:.1f} | {r['error_pct']:+.1f}% | "
                      f"{'yes' if r['inside'] else 'no'} |")
     text = "\n".join(lines) + "\n"
-    (RESULTS / f"accuracy_heldout_{year}.md").write_text(text)
+    (RESULTS / f"accuracy_check_{name}.md").write_text(text)
     print(text)
 
 
@@ -721,14 +733,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="refit the CPU coefficients on the fit set")
     parser.add_argument("--no-measure", action="store_true", help="report from the cache only")
-    for year in HELDOUT_CHECKS:
-        parser.add_argument(f"--heldout-{year}", action="store_true", help=f"measure and report the {year} held-out check only")
+    parser.add_argument("--check", choices=list(HELDOUT_CHECKS), help="measure and report this held-out check only")
     args = parser.parse_args()
-    for year in HELDOUT_CHECKS:
-        if getattr(args, f"heldout_{year}"):
-            return heldout_report(year, not args.no_measure)
+    if args.check:
+        return heldout_report(args.check, not args.no_measure)
 
-    specs = grid() + heldout_2026()
+    specs = grid() + first_fit_check()
     cache = load_cache()
     if not args.no_measure:
         measure_missing(specs, cache)

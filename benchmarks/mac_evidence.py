@@ -4,7 +4,7 @@
     python benchmarks/mac_evidence.py --fit    # refit the Metal (and CUDA) coefficients and the
                                                # ranges, write them to mlxfit/data/, then report
 
-Each public run (mlxfit/estimate/evidence.py: RUNS, read from benchmarks/evidence/mac_runs.csv) is
+Each public run (benchmarks/mac_runs.py: RUNS, read from benchmarks/evidence/mac_runs.csv) is
 reproduced with its own settings: LoRA keys, padding rule, layer bug, MLX version (fused or
 unfused cross-entropy), compiled or not, and bounds on its longest example where the row gives
 only a typical length. A run's error is measured from the logged peak to the nearest of its two
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from scipy.optimize import minimize  # noqa: E402
 
-from mlxfit.estimate import evidence as ev  # noqa: E402
+import mac_runs as ev  # noqa: E402
 from mlxfit.estimate.detailed import MOMENTS, TERMS, coefficients, update_in_flight_bytes  # noqa: E402
 from mlxfit.estimate.rule import rule_bytes  # noqa: E402
 from mlxfit.estimate.uncertainty import quantile  # noqa: E402
@@ -103,7 +103,7 @@ EVIDENCE = ROOT / "benchmarks" / "evidence"
 
 
 def evidence_runs(extra=()) -> tuple[list, dict]:
-    """The public runs (mlxfit/estimate/evidence.py RUNS), the contributed files committed as
+    """The public runs (benchmarks/mac_runs.py RUNS), the contributed files committed as
     benchmarks/evidence/user_*.csv, and `extra` such files: (runs, {file and row: why skipped})."""
     runs, skipped = list(ev.RUNS), {}
     for path in [*sorted(EVIDENCE.glob("user_*.csv")), *map(Path, extra)]:
@@ -490,7 +490,7 @@ def report(metal, cuda, cv_error, cv_c, cv_range, sources, theta, metal_range, c
         "",
         "Written by `python benchmarks/mac_evidence.py`. Ground truth: the logged peaks of the public mlx-lm runs on",
         "Apple silicon in `benchmarks/evidence/mac_runs.csv`, each reproduced with its own settings",
-        "(`mlxfit/estimate/evidence.py`: LoRA keys, padding rule, MLX version, compile, bounds on the longest example).",
+        "(`benchmarks/mac_runs.py`: LoRA keys, padding rule, MLX version, compile, bounds on the longest example).",
         "These figures come from Macs (other people's); nothing here was run on a Mac by this project.",
         "",
         "Implied longest: the longest example, within the row's bounds, at which the shipped estimate equals the",
@@ -555,7 +555,7 @@ def oom_rows() -> list[str]:
         plan = ev.oom_plan(oom)
         e = plan.selected
         lo, hi = e.predicted_range_bytes
-        out.append(f"| {oom.key} | {oom.machine_gb:g} GB | {e.usable_bytes / 1e9:.1f} GB | {lo / 1e9:.1f}–{hi / 1e9:.1f} GB | {e.verdict} |")
+        out.append(f"| {oom.key} | {oom.machine_gb:g} GB | {e.usable_bytes / 1e9:.1f} GB | {lo / 1e9:.1f}–{hi / 1e9:.1f} GB | {e.verdict.value} |")
     return out
 
 

@@ -392,7 +392,7 @@ every width shrunk (hidden 32, 128 tokens, batch 1: a weight row of the vocabula
 logits row), mlx-lm-lora's own step run at vocabularies of
 8k and 16k; the slope of its peak, less the weights that grow with the vocabulary, is the count.
 On both grid models it gives the full-size counts above to within 0.01 (the "logits buffers"
-column), and `tests/test_miniature.py` checks it against the full-size model each run. Counted
+column), and `tests/test_measure_miniature.py` checks it against the full-size model each run. Counted
 this way for llama at other depths (DPO / CPO / ORPO, buffers per pair):
 
 {depths}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from .errors import BadInput
 from .units import GB, GiB, format_gb, parse_bytes
 
-UNIFIED_RESERVE = 0.25  # SPEC §3: count about three quarters of unified memory
+UNIFIED_RESERVE = 0.25  # the OS and other apps share unified memory: count about three quarters
 # Apple's unified memory sizes, sold in GB but built in GiB.
 APPLE_MEMORY_SIZES = (8, 16, 18, 24, 32, 36, 48, 64, 96, 128, 192, 256, 512)
 DISCRETE_RESERVE = 0.05  # driver, CUDA context and display on a dedicated GPU

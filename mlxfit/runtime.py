@@ -1,7 +1,7 @@
 """What the MLX / mlx-lm versions of a run do that changes its peak, per backend.
 
 The estimate is for the installed versions (`Runtime.current`); the public Mac
-runs that check it (mlxfit/estimate/evidence.py) were made with older ones, so each is
+runs that check it (benchmarks/mac_runs.py) were made with older ones, so each is
 reproduced with the runtime of its own versions (`Runtime.of_versions`). Every
 switch is cited from MLX / mlx-lm source (see docs/estimate.md):
 

@@ -56,7 +56,7 @@ def isolated_user_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("MLXFIT_CACHE_DIR", str(tmp_path / "mlxfit-cache"))
     monkeypatch.delenv("MLXFIT_DEBUG", raising=False)
     # The preference estimate's miniatures are child processes of a few seconds:
-    # off unless a test turns them on (tests/test_miniature.py).
+    # off unless a test turns them on (tests/test_measure_miniature.py).
     monkeypatch.setenv("MLXFIT_MINIATURES", "0")
 
 

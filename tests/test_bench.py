@@ -134,7 +134,7 @@ def test_combinations_follow_probe_and_drop_duplicates(tmp_path):
 
 
 def test_measured_sweep_csv_and_plot(small, tmp_path):
-    """The issue's example on a tiny model, measured for real (six short runs)."""
+    """A sweep of batch sizes by lengths on a tiny model, measured for real (six short runs)."""
     out, png = tmp_path / "r.csv", tmp_path / "r.png"
     plot = ["--plot", str(png)] if HAVE_MATPLOTLIB else []
     data = run_json("--model", small, "--num-layers", "-1", "--batch-size", "1,2,4", "--max-seq-length", "128,256",
@@ -379,7 +379,7 @@ def test_importing_the_command_stays_light():
 
 
 def test_a_timed_out_run_is_unknown_never_does_not_fit(small, fake, tmp_path):
-    """Issue 12 item 8: a step-0 timeout with 3.85 GB seen was reported as "does not fit"."""
+    """A step-0 timeout with 3.85 GB seen was reported as "does not fit"."""
     fake(time_out=(2,))
     out = tmp_path / "r.csv"
     args = ["--model", small, "--num-layers", "-1", "--batch-size", "1,2,4", "--max-seq-length", "64", "--out", str(out)]

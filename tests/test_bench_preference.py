@@ -131,7 +131,7 @@ def test_a_measured_dpo_row_is_what_measure_returns(tiny, tmp_path, monkeypatch)
     e = est.estimate_run(model, run, "cpu")
     assert row["predicted_bytes"] == e.peak_bytes
     direct = measure(model, run, e.length, steps=pref_lib.MOST_STEPS, timeout=300)
-    # The tolerance of a measurement against its trainer (tests/test_measure.py; docs/preference.md:
+    # The tolerance of a measurement against its trainer (tests/test_measure_steps.py; docs/preference.md:
     # --measure within 3.2% of mlx_lm_lora.train); the seeded child usually agrees exactly.
     assert row["measured_peak_bytes"] == pytest.approx(direct.peak_bytes, rel=0.03)
     assert read_csv(out)[0]["measured_peak_bytes"] == str(row["measured_peak_bytes"])

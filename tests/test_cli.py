@@ -470,7 +470,7 @@ def test_probe_answer_is_data_the_cli_only_prints(platform, capsys):
 
 
 def test_the_answer_draws_nothing_and_nothing_below_imports_it():
-    from test_fast_plans import import_graph
+    from test_estimate_plan import import_graph
 
     graph = import_graph()
     # probe's answer, the preference modes' beside it, and the Python API above both

@@ -1,4 +1,5 @@
-"""Advice from the user's data and from what was measured before (SPEC §5).
+"""Advice from the user's data (examples the limit cuts, a worst batch far wider than the
+typical one) and from what was measured before (a run made longer or wider than one that fit).
 
 Pure functions: they take the plan, the data statistics and stored
 measurements, and return short sentences with numbers.
@@ -73,7 +74,7 @@ def growth_advice(plan: Plan, measurements: list[dict]) -> list[str]:
 
 
 # Checkpointed full fine-tuning from this width on is the estimate's weakest kind: in the blind
-# CPU checks of 2030 and 2031 (benchmarks/results/accuracy_heldout_2031.md), 3 of its 10 runs at
+# CPU set (benchmarks/results/accuracy_check_shipped_weak_kinds.md), 3 of its 10 runs at
 # 1,024-4,096 tokens read 13-22% low, the rest -3.4% to +4.3% (docs/accuracy-notes.md: in Qwen3 the
 # CPU's run-ahead puts the recompute's attention tensors beside the loss's buffers; Phi-3 peaks in
 # its last block with more than the fitted activations).

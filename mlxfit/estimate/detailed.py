@@ -153,7 +153,7 @@ def optimizer_state_elements(name: str, shapes: list[tuple[int, ...]]) -> int:
 # is a number of blocks' worth of trainable weights, capped at a multiple of all
 # of them: (blocks, blocks per trained block, cap) per optimizer. Measured on the
 # CPU with full fine-tunes of 16-token sequences, where activations are negligible,
-# at 4, 8 and 16 blocks (tests/test_measure.py, benchmarks/accuracy.py llama-wide-1k):
+# at 4, 8 and 16 blocks (tests/test_measure_steps.py, benchmarks/accuracy.py llama-wide-1k):
 # adam 8.2-8.6 / 9.7-10.2 / 10.7 blocks (2.04-2.16 / 1.22-1.28 / 0.67 of all),
 # adafactor 7.3 / 10.8-11.3 / 18.7 blocks (1.83 / 1.35-1.41 / 1.17), sgd - / 2.9 /
 # 3.2 blocks (- / 0.37 / 0.2), muon - / 15.5 / - blocks (- / 1.94 / -). Adafactor's
@@ -311,16 +311,9 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
             # its 28 adapted weights in float32 at the peak, with mx.eval synchronous too; the same
             # run in float32 holds one, and a bf16 Qwen2 DoRA not checkpointed 9 of 42).
             dora_half = sum(trained.get("adapted_weights", ())) * 4
-    # dora.py __call__ on a quantized base: w = mx.dequantize(...) and y = x @ w.T, whose VJP
-    # needs w, so every adapted layer's dequantized weight (the model dtype) is kept until that
-    # layer's backward (traced on the CPU: QDoRA of an 8-block 4-bit model at 1 x 32 holds one
-    # full-precision weight per adapted layer at its peak). On a dense base w is the resident
-    # weight itself. Counted, not fitted, and for every trained block even under checkpointing:
-    # grad_checkpoint passes only the trainable parameters through mx.checkpoint, so the
-    # recompute's dequantize of the frozen weights has the forward's inputs and the compiled
-    # step's compile_simplify merges the two (traced: 4 checkpointed blocks keep all 4 blocks').
-    # On a quantized base the trace shows those kept weights plus the one float32 adapted weight
-    # being built, so qdora_weights takes the place of the dense path's two DoRA terms.
+    # dora.py __call__ on a quantized base: y = x @ mx.dequantize(...).T keeps every adapted
+    # layer's dequantized weight for its VJP, checkpointed or not, beside the one float32 adapted
+    # weight being built; so qdora_weights replaces the two DoRA terms (traced: accuracy-notes.md).
     qdora = training.fine_tune_type == "dora" and (training.quantize or model.quantized)
     qdora_weights = sum(trained.get("adapted_weights", ())) * s + dora_weights if qdora else 0
     if qdora:
@@ -378,16 +371,9 @@ def features(model: ModelInfo, training: TrainingConfig, length: int | None = No
         "softcap_scores_bytes": scores if arch.attn_softcap else 0,
         "softcap_logits_bytes": B * T * V * s if arch.softcap else 0,
         "attn_softcap": arch.attn_softcap,
-        # Gated delta (mlx_lm/models/gated_delta.py gated_delta_ops, which training
-        # runs on every backend: qwen3_5 passes use_kernel=not self.training): a
-        # Python loop over the T tokens keeps each step's float32 state
-        # (B x Hv x Dv x Dk) for the backward, and the gradient of every step's
-        # slice q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t] is a zero-filled
-        # array of the whole sequence, so one block's backward holds ~T of those.
-        # Measured on the CPU (a qwen3_5 of width 256, 8 value heads of 64 x 64, at
-        # B x N = 1 x 128, 1 x 256, 2 x 256 and 1 x 256 checkpointed): 0.85 of the
-        # states, 0.91 of the slices' gradients; linear in B, quadratic in T, and
-        # checkpointing leaves the T^2 part (one block's backward) as it is.
+        # Gated delta (mlx_lm/models/gated_delta.py gated_delta_ops, the Python loop over the
+        # tokens that training runs on every backend): a float32 state kept per token, and per
+        # token a zero-filled gradient of the whole sequence: quadratic in T (accuracy-notes.md).
         "recurrent_state_bytes": B * T * 4 * over_blocks("recurrent_state"),
         "recurrent_once_bytes": B * T * T * 4 * largest("recurrent_width"),
         "tokens": T,
@@ -484,14 +470,14 @@ def estimate(model: ModelInfo, training: TrainingConfig, backend: str = "cpu", l
     or the optimizer update with every gradient and the update's temporaries.
 
     `runtime` (mlxfit/runtime.py) is what the MLX / mlx-lm versions do; None: the
-    installed versions. mlxfit/estimate/evidence.py passes the versions of a past run."""
+    installed versions. benchmarks/mac_runs.py passes the versions of a past run."""
     f = backend_features(features(model, training, length), backend, runtime, model.architecture.head_dim)
     return combine(f, coefficients()[backend], training, backend)
 
 
 def combine(f: dict, c: dict, training: TrainingConfig, backend: str) -> Breakdown:
     """The breakdown of features `f` under coefficients `c` (estimate's second half,
-    apart so that mlxfit/estimate/evidence.py can refit the coefficients on features)."""
+    apart so that benchmarks/mac_evidence.py can refit the coefficients on features)."""
     frozen = f["base_bytes"]
     if training.fine_tune_type == "full":
         # The unfrozen block weights are counted as trainable, not frozen.

@@ -1,4 +1,4 @@
-"""The source's rule of thumb, exactly as written (SPEC.md §2).
+"""The rule of thumb for fine-tuning memory, reproduced exactly as it is quoted.
 
 Per billion parameters, plus a fixed part for the adapter, activations at
 moderate lengths and the framework. GB = 10^9 bytes.

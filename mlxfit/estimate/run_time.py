@@ -19,7 +19,7 @@ from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
 from .step_time import Speed, StepTime, evaluation_seconds, step_time
 
-# mlx_lm/lora.py CONFIG_DEFAULTS (pinned by tests/test_step_time.py against the installed source)
+# mlx_lm/lora.py CONFIG_DEFAULTS (pinned by tests/test_estimate_step_time.py against the installed source)
 ITERS = 1000
 VAL_BATCHES = 25
 STEPS_PER_EVAL = 200

@@ -22,7 +22,7 @@ from .verdict import Verdict, judge
 CALIBRATION_PART = "calibration"
 # mlx_lm/lora.py train_model, fine_tune_type full: `l.unfreeze()` on each trained block
 # unfreezes a QuantizedLinear's packed weight, scales and biases too, and MLX has no
-# gradient for quantized weights (tests/test_no_dead_end.py runs it).
+# gradient for quantized weights (tests/test_probe_no_dead_end.py runs it).
 FULL_ON_QUANTIZED = ("mlx-lm cannot fully fine-tune a quantized base: its blocks' quantized weights are unfrozen "
                      "too, and MLX has no gradient for them ([QuantizedMatmul::vjp] no gradient wrt the quantized "
                      "weights)")

@@ -6,7 +6,7 @@ checkpointing on the block class, `nn.value_and_grad` over mlx-lm's
 `default_loss`, the compiled step over model/optimizer/random state, the
 optimizer update, `mx.eval(state, ...)` after each step and the allocator cache
 cleared after it. Batches come from
-mlx-lm's own `iterate_batches`. tests/test_measure.py checks the peak against the
+mlx-lm's own `iterate_batches`. tests/test_measure_steps.py checks the peak against the
 real trainer.
 """
 

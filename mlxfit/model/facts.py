@@ -16,7 +16,7 @@ ship in mlxfit/data/facts.pickle.xz, computed when the package is built and
 used only when their key (the same fingerprint) matches the running mlx, mlx-lm
 and source. After changing any of SOURCES or the installed mlx / mlx-lm,
 regenerate them with `python -m mlxfit.cli.ship_facts --write`
-(tests/test_fast_plans.py fails while they are stale).
+(tests/test_estimate_plan.py fails while they are stale).
 """
 
 from __future__ import annotations

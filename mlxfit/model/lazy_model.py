@@ -14,14 +14,14 @@ does on load and before training, without evaluating anything:
 
 The two functions of mlx-lm that cannot be imported without transformers
 (the quantization walk and the LoRA key selection) are copied here;
-tests/test_lazy_model.py pins each copy against the real function.
+tests/test_model_architecture.py pins each copy against the real function.
 
 Sizing a plan asks one built model a few hundred questions (its remedies), so
 what is walked or converted is kept on the model (`_kept`): each block is
 walked once, each kind of layer converted to LoRA or quantized once, and QLoRA's
 quantized base is a copy of the built model, not a second build. nn.quantize's
 walk is redone without mlx.nn's generic tree machinery;
-tests/test_architecture.py pins it against Module.leaf_modules and every count
+tests/test_model_architecture.py pins it against Module.leaf_modules and every count
 against the model mlx-lm loads.
 """
 

@@ -16,7 +16,7 @@ import os
 import sys
 
 # mlx_lm/utils.py: MODEL_REMAPPING and MODEL_ARCHITECTURE_REMAPPING (copied:
-# importing mlx_lm.utils imports transformers; tests/test_lazy_model.py pins both).
+# importing mlx_lm.utils imports transformers; tests/test_model_architecture.py pins both).
 MODEL_REMAPPING = {
     "mistral": "llama",
     "llava": "mistral3",

@@ -3,7 +3,7 @@ with mlxfit's flags the way `mlx_lm.lora.main()` does: a flag that is not None w
 then the file's value, then the default (training.defaults(), pinned to CONFIG_DEFAULTS).
 
 mlx_lm is not imported here (it pulls in transformers); its YAML loader is mirrored
-below and pinned by tests/test_runconfig.py.
+below and pinned by tests/test_model_runconfig.py.
 """
 
 from __future__ import annotations

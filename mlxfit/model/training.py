@@ -1,7 +1,7 @@
 """The training run being planned, in mlx-lm's words and with mlx-lm's defaults.
 
 This is the one place that holds the defaults (mlx_lm/lora.py: CONFIG_DEFAULTS);
-tests/test_training.py pins them against the installed mlx-lm.
+tests/test_model_training.py pins them against the installed mlx-lm.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class TrainingConfig:
     # within the block ("self_attn.q_proj"), like lora_parameters.keys. None is
     # mlx-lm's default since 0.28.2 (every Linear / SwitchLinear); mlx-lm before
     # 0.28.2 wrapped ("self_attn.q_proj", "self_attn.v_proj") for most architectures,
-    # which mlxfit/estimate/evidence.py needs to reproduce the public Mac runs.
+    # which benchmarks/mac_runs.py needs to reproduce the public Mac runs.
     lora_keys: tuple[str, ...] | None = field(default=None, metadata={"help": "internal: layers LoRA wraps (lora_parameters.keys); None = all."})
 
     def __post_init__(self):

@@ -9,13 +9,13 @@ runs themselves are other people's Macs: benchmarks/mac_evidence.py fits and rep
 import csv
 import inspect
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from mlxfit.cli.main import cli
-from mlxfit.estimate import evidence as ev
 from mlxfit.estimate.detailed import estimate
 from mlxfit.estimate.uncertainty import predicted_range, ranges
 from mlxfit.estimate.verdict import Verdict, judge
@@ -24,6 +24,9 @@ from mlxfit.model.training import TrainingConfig
 from mlxfit.runtime import Runtime
 
 EVIDENCE = Path(__file__).resolve().parent.parent / "benchmarks" / "evidence"
+sys.path.insert(0, str(EVIDENCE.parent))
+
+import mac_runs as ev  # noqa: E402  (benchmarks/mac_runs.py: the public Mac runs, reproduced)
 
 
 def _rows(name):
@@ -260,9 +263,6 @@ def test_quantile_matches_numpy():
 # -- the fit and its cross-validation (benchmarks/mac_evidence.py) ------------------------------
 
 def _mac_evidence():
-    import sys
-
-    sys.path.insert(0, str(EVIDENCE.parent))
     import mac_evidence
 
     return mac_evidence
@@ -282,7 +282,7 @@ def test_shipped_metal_coefficients_are_the_fit_on_the_public_runs():
 
 
 def test_cross_validated_accuracy():
-    """Leave one source out, on every Mac run (2024-25, 2026 and found), the issue's three targets:
+    """Leave one source out, on every Mac run (2024-25, 2026 and found), the three targets:
     median |error| at the typical length <= 10%, every exact-length run within 12% (their median
     within 5%), the logged peak inside the range (from the other sources' residuals, per kind) on
     at least 90% of runs: benchmarks/results/mac_evidence.md (worst exact-length +11.4%, Gemma 4

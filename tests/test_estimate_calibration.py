@@ -1,4 +1,4 @@
-"""Issue 12 item 4: a stored measurement corrects only estimates of the same
+"""A stored measurement corrects only estimates of the same
 architecture at close settings (one measurement of the 4M example used to shift
 a 7B's estimate)."""
 
@@ -106,8 +106,9 @@ def test_export_round_trips_into_the_evidence_without_user_paths(tmp_path):
     the file names no place on this machine, not even a local model's folder."""
     import csv
 
-    from mlxfit.estimate import evidence as ev
     from mlxfit.estimate.export import EVIDENCE_COLUMNS
+
+    ev = _mac_evidence().ev
 
     catalog = resolve_model("Qwen/Qwen3-0.6B")
     t_catalog = TrainingConfig(batch_size=2, max_seq_length=1024, grad_checkpoint=True)

@@ -1,4 +1,5 @@
-"""Every number in SPEC.md §2-3, reproduced by the rule and the verdicts."""
+"""Every figure the rule of thumb is quoted with (per billion parameters, its reference table,
+the 36 GB and 16 GB worked examples), reproduced by the rule and the verdicts."""
 
 import pytest
 

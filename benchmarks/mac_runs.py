@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from ..model.resolve import ModelInfo, resolve_model
-from ..model.training import TrainingConfig
+from mlxfit.model.resolve import ModelInfo, resolve_model
+from mlxfit.model.training import TrainingConfig
 
 GB = 10**9
 QV = ("self_attn.q_proj", "self_attn.v_proj")  # mlx-lm's default keys before 0.28.2
@@ -73,7 +73,7 @@ class Run:
     def kind(self) -> str:
         """What the run trains, for the ranges: a full fine-tune, DoRA, or LoRA with or
         without checkpointing (their errors differ in size and sign)."""
-        from .uncertainty import run_kind
+        from mlxfit.estimate.uncertainty import run_kind
 
         return run_kind(self.training.get("fine_tune_type", "lora"), bool(self.training.get("grad_checkpoint")))
 
@@ -89,12 +89,12 @@ class Run:
 
     def model_info(self) -> ModelInfo:
         if self.model_config is not None:
-            from ..model.resolve import _from_config
+            from mlxfit.model.resolve import _from_config
 
             return _from_config(self.model, "user", self.model_config)
         info = resolve_model(self.model)
         if self.config:
-            from ..model.resolve import _from_config
+            from mlxfit.model.resolve import _from_config
 
             info = _from_config(info.id, info.source, {**info.config, **self.config})
         return info
@@ -431,7 +431,7 @@ def user_runs(path) -> tuple[list[Run], dict[int, str]]:
     import json
     from pathlib import Path
 
-    from ..model.training import TrainingConfig
+    from mlxfit.model.training import TrainingConfig
 
     runs, skipped = [], {}
     name = Path(path).name
@@ -463,14 +463,14 @@ def with_length(run: Run, longest: int) -> Run:
 
 
 def run_runtime(run: Run):
-    from ..runtime import Runtime, parse_version
+    from mlxfit.runtime import Runtime, parse_version
 
     return Runtime.of_versions(run.backend, parse_version(run.mlx) if run.mlx else None, run.compiled)
 
 
 def run_features(run: Run) -> list[tuple[dict, TrainingConfig]]:
     """The backend's features of the run at both bounds of its longest example."""
-    from .detailed import backend_features, features
+    from mlxfit.estimate.detailed import backend_features, features
 
     model, training, runtime = run.model_info(), run.training_config(), run_runtime(run)
     if model.quantized and training.fine_tune_type != "full":
@@ -484,7 +484,7 @@ def run_features(run: Run) -> list[tuple[dict, TrainingConfig]]:
 
 def predicted(run: Run, coefficients: dict | None = None, feats=None) -> tuple[int, int]:
     """The estimate at the two bounds of the run's longest example, in bytes."""
-    from .detailed import coefficients as shipped, combine
+    from mlxfit.estimate.detailed import coefficients as shipped, combine
 
     c = coefficients if coefficients is not None else shipped()[run.backend]
     feats = feats if feats is not None else run_features(run)
@@ -495,8 +495,8 @@ def predicted(run: Run, coefficients: dict | None = None, feats=None) -> tuple[i
 def oom_plan(oom: OomRun):
     """mlxfit's plan for an out-of-memory run at its machine's --memory, with the
     run's own settings and MLX version."""
-    from ..machine import build_machine
-    from .plan import make_plan
+    from mlxfit.machine import build_machine
+    from mlxfit.estimate.plan import make_plan
 
     run = oom.as_run()
     model, training = run.model_info(), run.training_config()

@@ -99,7 +99,7 @@ def test_measurement_fields_and_stable_peak(tmp_path):
 
 
 def test_the_measuring_process_never_imports_transformers(tmp_path):
-    """Issue 12 item 6: it synthesizes token ids, so it needs no tokenizer; mlx-lm's
+    """It synthesizes token ids, so it needs no tokenizer; mlx-lm's
     module-level transformers imports are served by a stub (mlxfit/measure/child.py)."""
     events = []
     measure(small_request(tmp_path, max_steps=3, fine_tune_type="dora", quantize=True), timeout=300, on_event=events.append)
@@ -397,7 +397,7 @@ def _arrays(model):
 
 
 def test_a_quantized_config_builds_what_load_model_loads(converted):
-    """Issue 12 item 5: a config.json with convert's `quantization` block and no
+    """A config.json with convert's `quantization` block and no
     weights was built with float weights (133.6 MB measured against mlx-lm's 106.3 MB)."""
     import mlx.core as mx
     from mlx.utils import tree_flatten

@@ -103,7 +103,7 @@ def test_adapters_equal_linear_to_lora_layers(name, num_layers, tmp_path):
 @pytest.mark.parametrize("name", sorted(NOT_TRAINABLE))
 def test_untrainable_families_are_counted_from_the_built_model(name):
     """mlx-lm builds them, so they are counted from its model; what it cannot do with
-    them (freeze, LoRA) is each row's to say (tests/test_no_dead_end.py)."""
+    them (freeze, LoRA) is each row's to say (tests/test_probe_no_dead_end.py)."""
     info = _from_config(name, "local", ALL_CONFIGS[name])
     assert info.architecture is not None and info.params > 0 and info.rule_only_reason is None
     from mlxfit.estimate.detailed import estimate

@@ -1,4 +1,4 @@
-"""Issue 14: one answer a user can act on (plans, labels, layout, input, messages)."""
+"""One answer a user can act on (plans, labels, layout, input, messages)."""
 
 import json
 import shlex
