@@ -244,23 +244,17 @@ def refuse_data_flags_without_data(data, **given) -> None:
             raise BadInput(f"{flag} is about --data: add --data (or leave {flag} out)")
 
 
-def checked_run(model, training, mode: str = "sft", *, hostfile=None, by_slice=False, skip_bad_lines=False) -> list[str]:
+def checked_run(model, training, mode: str | None = None, *, hostfile=None, by_slice=False, skip_bad_lines=False) -> list[str]:
     """The checks every run goes through, whatever its mode, before anything is estimated:
     what its trainer cannot do (mlx-lm-lora's: per-node plans, slices, skipped lines), then
     its settings against the model (context length, layers, LoRA keys). Returns the
     warnings; raises BadInput on what cannot be right."""
     from .model.runconfig import check_against_model
+    from .modes import DEFAULT, get_mode
 
-    if mode != "sft":
-        if hostfile:
-            raise BadInput(f"--hostfile with --train-mode {mode}: mlxfit plans mlx-lm-lora runs for one machine, not "
-                           "per mlx.launch node; leave --hostfile out and give --memory of the smallest node")
-        if by_slice:
-            raise BadInput(f"--slice with --train-mode {mode}: mlx-lm-lora's trainers cannot be measured by slice; "
-                           "leave --slice out to measure the whole run")
-        if skip_bad_lines:
-            raise BadInput(f"--skip-bad-lines with --train-mode {mode}: mlx-lm-lora reads every row of --data; "
-                           "remove the malformed lines")
+    refusal = get_mode(mode or DEFAULT).refusal(hostfile=hostfile, by_slice=by_slice, skip_bad_lines=skip_bad_lines)
+    if refusal:
+        raise BadInput(refusal)
     return check_against_model(training, model)
 
 

@@ -96,11 +96,11 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
         from .model.dataset import load_tokenizer
 
         stats = read_data(data, run, load_tokenizer(model, trust_remote_code=trust_remote_code))
-        if mode == "grpo":
+        if run.spec.rollout:
             prompt_length = prompt_length or stats.widest
         else:
             length = stats.widest
-    if mode == "grpo":
+    if run.spec.rollout:
         cap = run.training.max_seq_length
         if prompt_length is not None and prompt_length > cap:
             notes.append(f"prompts are cut to --max-seq-length {cap}: a {prompt_length}-token prompt is counted as {cap}")

@@ -58,7 +58,7 @@ def test_the_trainer_seeds_before_training_as_the_child_does():
     assert "mx.random.seed(args.seed)" in inspect.getsource(train.train_model)
     assert "np.random.seed(args.seed)" in inspect.getsource(train.run)
     child = inspect.getsource(preference_child.measure_steps)
-    assert child.index("seed_as_train_model()") < child.index("train_dpo(")
+    assert child.index("seed_as_train_model()") < child.index("spec.train(")  # the mode's trainer (mlxfit/modes/)
 
 
 @needs_rl
