@@ -57,6 +57,9 @@ class Answer:
     measured_time: dict | None = None  # with --measure: its tokens/s and the whole run at its pace
 
     def to_dict(self) -> dict:
+        """probe --json: the one shape of every mode (mlxfit/schema.py, docs/json.md)."""
+        from .schema import shaped
+
         out = self.plan.to_dict()
         out["config"] = self.resolved.to_dict()
         out["advice"] = self.advice
@@ -79,7 +82,24 @@ class Answer:
                 out["time"]["with_grad_checkpoint_seconds"] = round(self.time_checkpointed.seconds, 1)
         if self.measured_time is not None:
             out.setdefault("time", {})["measured"] = self.measured_time
-        return out
+        return shaped({**out, **self._run_keys()})
+
+    def _run_keys(self) -> dict:
+        """What every mode's answer holds: the mode, the run and its estimate, judged."""
+        from .modes import DEFAULT
+        from .schema import run_estimate
+
+        selected, training = self.plan.selected, self.plan.training
+        d = selected.detailed
+        step = "training step"  # mlx-lm's SFT is one phase; `moment`: where in the step it peaks
+        phases = [{"name": step, "bytes": d.peak_bytes, "moment": d.features.get("phase"),
+                   "breakdown": dict(d.parts)}] if d else []
+        estimate = run_estimate(DEFAULT, selected.method, d.backend if d else self.plan.backend,
+                                selected.predicted_bytes, selected.predicted_range_bytes, selected.verdict,
+                                step if d else None, phases)
+        return {"train_mode": DEFAULT, "run": {"mode": DEFAULT, "training": training.to_dict()}, "estimate": estimate,
+                "usable_bytes": self.plan.machine.usable_bytes, "verdict": selected.verdict.value,
+                "fits": selected.fits, "notes": []}
 
 
 def probe(model_spec, training_flags: dict, *, config_path=None, data=None, method=None, skip_bad_lines=False,
