@@ -57,6 +57,9 @@ class Answer:
     measured_time: dict | None = None  # with --measure: its tokens/s and the whole run at its pace
 
     def to_dict(self) -> dict:
+        """probe --json: the one shape of every mode (mlxfit/schema.py, docs/json.md)."""
+        from .schema import shaped
+
         out = self.plan.to_dict()
         out["config"] = self.resolved.to_dict()
         out["advice"] = self.advice
@@ -79,7 +82,24 @@ class Answer:
                 out["time"]["with_grad_checkpoint_seconds"] = round(self.time_checkpointed.seconds, 1)
         if self.measured_time is not None:
             out.setdefault("time", {})["measured"] = self.measured_time
-        return out
+        return shaped({**out, **self._run_keys()})
+
+    def _run_keys(self) -> dict:
+        """What every mode's answer holds: the mode, the run and its estimate, judged."""
+        from .modes import DEFAULT
+        from .schema import run_estimate
+
+        selected, training = self.plan.selected, self.plan.training
+        d = selected.detailed
+        step = "training step"  # mlx-lm's SFT is one phase; `moment`: where in the step it peaks
+        phases = [{"name": step, "bytes": d.peak_bytes, "moment": d.features.get("phase"),
+                   "breakdown": dict(d.parts)}] if d else []
+        estimate = run_estimate(DEFAULT, selected.method, d.backend if d else self.plan.backend,
+                                selected.predicted_bytes, selected.predicted_range_bytes, selected.verdict,
+                                step if d else None, phases)
+        return {"train_mode": DEFAULT, "run": {"mode": DEFAULT, "training": training.to_dict()}, "estimate": estimate,
+                "usable_bytes": self.plan.machine.usable_bytes, "verdict": selected.verdict.value,
+                "fits": selected.fits, "notes": []}
 
 
 def probe(model_spec, training_flags: dict, *, config_path=None, data=None, method=None, skip_bad_lines=False,
@@ -284,23 +304,17 @@ def refuse_data_flags_without_data(data, **given) -> None:
             raise BadInput(f"{flag} is about --data: add --data (or leave {flag} out)")
 
 
-def checked_run(model, training, mode: str = "sft", *, hostfile=None, by_slice=False, skip_bad_lines=False) -> list[str]:
+def checked_run(model, training, mode: str | None = None, *, hostfile=None, by_slice=False, skip_bad_lines=False) -> list[str]:
     """The checks every run goes through, whatever its mode, before anything is estimated:
     what its trainer cannot do (mlx-lm-lora's: per-node plans, slices, skipped lines), then
     its settings against the model (context length, layers, LoRA keys). Returns the
     warnings; raises BadInput on what cannot be right."""
     from .model.runconfig import check_against_model
+    from .modes import DEFAULT, get_mode
 
-    if mode != "sft":
-        if hostfile:
-            raise BadInput(f"--hostfile with --train-mode {mode}: mlxfit plans mlx-lm-lora runs for one machine, not "
-                           "per mlx.launch node; leave --hostfile out and give --memory of the smallest node")
-        if by_slice:
-            raise BadInput(f"--slice with --train-mode {mode}: mlx-lm-lora's trainers cannot be measured by slice; "
-                           "leave --slice out to measure the whole run")
-        if skip_bad_lines:
-            raise BadInput(f"--skip-bad-lines with --train-mode {mode}: mlx-lm-lora reads every row of --data; "
-                           "remove the malformed lines")
+    refusal = get_mode(mode or DEFAULT).refusal(hostfile=hostfile, by_slice=by_slice, skip_bad_lines=skip_bad_lines)
+    if refusal:
+        raise BadInput(refusal)
     return check_against_model(training, model)
 
 

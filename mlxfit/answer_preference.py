@@ -28,26 +28,47 @@ class PreferenceAnswer:
         return self.machine.usable_bytes
 
     def to_dict(self) -> dict:
+        """probe --json: the one shape of every mode (mlxfit/schema.py, docs/json.md)."""
+        from .schema import run_estimate, shaped
+
         verdict = self.estimate.verdict(self.usable_bytes)
+        e = self.estimate.to_dict()
+        estimate = run_estimate(e.pop("train_mode"), None, e.pop("backend"), e.pop("predicted_peak_bytes"),
+                                e.pop("predicted_range_bytes"), verdict, e.pop("peak_phase"), e.pop("phases"), **e)
+        singles, combination = self.plans["singles"], self.plans["combination"]
         out = {
+            "train_mode": self.run.mode,
             "machine": self.machine.to_dict(),
-            "model": self.model.id,
+            "model": self.model.to_dict(),
+            "training": self.run.training.to_dict(),
             "run": self.run.to_dict(),
-            "estimate": self.estimate.to_dict(),
+            "estimate": estimate,
+            "estimates": [estimate],
             "usable_bytes": self.usable_bytes,
             "verdict": verdict.value,
             "fits": verdict.fits,
+            "remedies": [_remedy(c) for c in singles],
+            "plan": [_remedy(c) for c in combination],
             "plans": {k: [c.to_dict() for c in v] for k, v in self.plans.items()},
+            "basis": "detailed",
+            "backend": self.estimate.backend,
+            "advice": [],
+            "warnings": [],
+            "notes": self.notes or [],
         }
         if self.stats is not None:
             out["data"] = self.stats.to_dict()
-        if self.notes:
-            out["notes"] = self.notes
         if self.measured is not None:
             out["measured"] = self.measured.to_dict()
         if self.time is not None:
             out["time"] = self.time.to_dict()
-        return out
+        return shaped(out)
+
+
+def _remedy(change) -> dict:
+    """A change in the keys of an SFT remedy (mlxfit/estimate/plan.py Remedy)."""
+    return {"change": change.flags, "why": change.cost, "new_bytes": change.bytes, "fits": change.fits,
+            "verdict": change.verdict.value}
 
 
 def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machine, backend, do_measure, timeout, steps,
@@ -99,11 +120,11 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
         from .model.dataset import load_tokenizer
 
         stats = read_data(data, run, load_tokenizer(model, trust_remote_code=trust_remote_code))
-        if mode == "grpo":
+        if run.spec.rollout:
             prompt_length = prompt_length or stats.widest
         else:
             length = stats.widest
-    if mode == "grpo":
+    if run.spec.rollout:
         cap = run.training.max_seq_length
         if prompt_length is not None and prompt_length > cap:
             notes.append(f"prompts are cut to --max-seq-length {cap}: a {prompt_length}-token prompt is counted as {cap}")

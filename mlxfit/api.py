@@ -16,7 +16,7 @@ the same merge as the command line's flags. docs/python-api.md shows them in use
 from __future__ import annotations
 
 
-def estimate_run(model, *, method: str | None = None, backend: str = "cpu", train_mode: str = "sft", length=None,
+def estimate_run(model, *, method: str | None = None, backend: str = "cpu", train_mode: str | None = None, length=None,
              **training):
     """The detailed estimate of one run: for mlx-lm's SFT a Breakdown (`peak_bytes`,
     `parts` in bytes), for a DPO, CPO, ORPO or GRPO run the PreferenceEstimate of its
@@ -30,7 +30,7 @@ def estimate_run(model, *, method: str | None = None, backend: str = "cpu", trai
         from .errors import BadInput
 
         raise BadInput(f"{info.id}: no architecture to estimate (a bare size has the rule of thumb only: see plan)")
-    if train_mode != "sft":
+    if not _spec(train_mode).by_mlx_lm:
         from .estimate.preference import estimate_run
         from .model.preference import resolve_run
 
@@ -75,7 +75,7 @@ def probe(model=None, *, config=None, data=None, method=None, train_mode=None, m
     pref = {k: settings.pop(k) for k in RUN_FLAGS if k in settings}
     mode = mode_from(train_mode, read_yaml(Path(config)) if config else {})
     memory, gpu_memory = _size(memory), _size(gpu_memory)
-    if mode == "sft":
+    if _spec(mode).by_mlx_lm:
         refuse_mode_flags(pref)
         from .answer import probe as sft_probe
 
@@ -119,6 +119,13 @@ def _training(settings: dict, method: str | None):
     _known(settings)
     check_method(method, settings.get("fine_tune_type"))
     return with_method(resolve(dict(settings)).training, method)
+
+
+def _spec(train_mode: str | None):
+    """The mode (mlxfit/modes/) called `train_mode`, SFT where None."""
+    from .modes import DEFAULT, get_mode
+
+    return get_mode(train_mode or DEFAULT)
 
 
 def _mode(train_mode: str) -> str:

@@ -58,7 +58,7 @@ def test_the_trainer_seeds_before_training_as_the_child_does():
     assert "mx.random.seed(args.seed)" in inspect.getsource(train.train_model)
     assert "np.random.seed(args.seed)" in inspect.getsource(train.run)
     child = inspect.getsource(preference_child.measure_steps)
-    assert child.index("seed_as_train_model()") < child.index("train_dpo(")
+    assert child.index("seed_as_train_model()") < child.index("spec.train(")  # the mode's trainer (mlxfit/modes/)
 
 
 @needs_rl
@@ -435,3 +435,18 @@ def test_force_measures_a_preference_run_past_this_machines_budget(monkeypatch, 
     base = ["Qwen/Qwen2.5-7B-Instruct", "--train-mode", "dpo", "--measure"]
     assert "or pass --force" in probe(*base, exit_code=1)
     assert "the measurement was started" in probe(*base, "--force", exit_code=2)
+
+
+@pytest.mark.parametrize("mode", ["dpo", "grpo"])
+@pytest.mark.parametrize("flags, message", [
+    (["--hostfile", "nodes.json"], "--hostfile with --train-mode {mode}: mlxfit plans mlx-lm-lora runs for one machine"),
+    (["--skip-bad-lines", "--data", "x.jsonl"], "--skip-bad-lines with --train-mode {mode}"),
+    (["--measure", "--slice"], "--slice with --train-mode {mode}: mlx-lm-lora's trainers cannot be measured by slice"),
+    (["--slice"], "--slice is about measuring: add --measure"),
+    (["--force"], "--force is about measuring: add --measure"),
+    (["--trust-remote-code"], "--trust-remote-code is about --data: add --data"),
+])
+def test_every_check_reaches_dpo_and_grpo_through_the_one_path(mode, flags, message):
+    out = probe("Qwen/Qwen3-0.6B", "--train-mode", mode, *flags, exit_code=2)
+    assert message.format(mode=mode) in out
+    assert len([line for line in out.splitlines() if line.startswith("Error")]) == 1

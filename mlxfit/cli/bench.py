@@ -10,6 +10,7 @@ import click
 from ..errors import BadInput, MlxfitError
 from ..model.training import OPTIMIZERS, TrainingConfig
 from ..model.runconfig import check_method
+from ..modes import DEFAULT, get_mode
 from .preference import preference_options, refuse_mode_flags, refuse_sft_flags
 from .options import (
     CONTEXT_SETTINGS,
@@ -100,12 +101,13 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     from ..render.text import console
 
     ctx = click.get_current_context()
-    mode = pref.pop("train_mode") or "sft"
+    mode = pref.pop("train_mode") or DEFAULT
+    sft = get_mode(mode).by_mlx_lm  # mlx_lm.lora's sweep, else mlx_lm_lora.train's
     given = {
         "method": method, "fine_tune_type": fine_tune_type, "num_layers": num_layers, "batch_size": batch_size,
         "max_seq_length": max_seq_length, "rank": rank, "grad_checkpoint": grad_checkpoint,
     }
-    if mode == "sft":
+    if sft:
         refuse_mode_flags(pref)
     else:
         given = preference_sweeps(ctx, mode, given, maximize, pref)
@@ -115,7 +117,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
 
     model = resolve_model(model_spec)
     measuring = not estimate_only
-    if mode != "sft":
+    if not sft:
         from ..model.preference import require_extra
 
         if model.architecture is None:
@@ -138,7 +140,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
         backend = local  # the prediction is judged against a measurement made here
     else:
         backend = backend or machine.backend
-    if mode == "sft":
+    if sft:
         calibration = local_calibration(machine, backend, model)
         # What a measurement may take here: runs predicted over it are measured by slice.
         local_usable = local_usable_bytes(machine, reserve)
@@ -171,17 +173,17 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
             ctx.exit(lib.EXIT_UNKNOWN)
         return
 
-    log = (lib.CsvLog(out) if mode == "sft" else lib.CsvLog(out, row=pref_lib.PreferenceRow)) if out else None
+    log = (lib.CsvLog(out) if sft else lib.CsvLog(out, row=pref_lib.PreferenceRow)) if out else None
     stored = {}
     if log is not None:
         log.check()
         if resume:
             stored = {row.key: row for row in log.read()}
-    if mode == "sft":
+    if sft:
         planned = lib.plan_sweep(model, trainings, machine.usable_bytes, backend, calibration, measuring, force)
     else:
         planned = plan_preference(pref_lib, model, runs, machine, reserve, backend, measuring, force, quiet=json_)
-    if mode == "sft" and measuring:
+    if sft and measuring:
         from ..answer import sweep_duration
 
         expected = sweep_duration(model, planned, timeout, steps, local_usable)  # refuses past --timeout
@@ -190,7 +192,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     varying += [name for name, (_, shown) in render_bench.SETTING_COLUMNS.items()
                 if name not in varying and len({shown(t) for t in trainings}) > 1]
     if not json_:
-        if mode == "sft":
+        if sft:
             render_bench.render_header(machine, model, trainings[0], varying, out, measuring=measuring)
             if measuring:
                 render_bench.render_expected(*expected)
@@ -202,7 +204,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
     failed = None  # what could not be written: the sweep stops, and what it measured is still shown
     with render_bench.sweep_progress(len(planned), varying, quiet=json_ or not measuring) as on_event:
         try:
-            if mode == "sft":
+            if sft:
                 sweep = lib.run_sweep(model, planned, machine.usable_bytes, backend, stored, timeout, steps, on_event,
                                       local_usable_bytes=local_usable, force=force)
             else:
@@ -227,7 +229,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
             interrupted = getattr(e, "exit_code", 130)  # 128 + the signal's number
     if plot and rows and failed is None:
         try:
-            title = f"{model.id} · {backend}" if mode == "sft" else f"{model.id} · {mode} · {backend}"
+            title = f"{model.id} · {backend}" if sft else f"{model.id} · {mode} · {backend}"
             render_bench.plot_sweep(rows, varying, machine.usable_bytes, plot, title=title)
         except OSError as e:
             failed = f"--plot {plot}: cannot write ({e.strerror or e}); the rows above are every one measured" + (
@@ -239,7 +241,7 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
             "machine": machine.to_dict(),
             "notes": notes,
             "backend": backend,
-            **({} if mode == "sft" else {"train_mode": mode}),
+            **({} if sft else {"train_mode": mode}),
             "usable_bytes": machine.usable_bytes,
             "swept": {name: list(values) for name, values in sweeps.items() if name in varying},
             "total": len(planned),
@@ -273,7 +275,7 @@ def checked_sweeps(ctx, mode: str, given: dict, maximize, out, resume, plot, for
     sweeps = {name: lib.parse_sweep(name, text) for name, text in given.items() if text is not None}
     if given_flag(ctx, "fine_tune_type") and len(sweeps.get("method", ())) == 1 == len(sweeps["fine_tune_type"]):
         check_method(sweeps["method"][0], sweeps["fine_tune_type"][0])  # as probe: one of each must agree
-    if len(sweeps.get("max_completion_length", ())) > 1 and mode != "grpo":
+    if len(sweeps.get("max_completion_length", ())) > 1 and not get_mode(mode).rollout:
         raise BadInput(f"--max-completion-length {given['max_completion_length']}: a list sweeps GRPO's completions, "
                        f"and --train-mode {mode} generates none")
     if force and estimate_only:
@@ -318,7 +320,7 @@ def preference_notes(runs, machine, measuring: bool) -> list[str]:
 
     notes = [hypothetical_note(machine, by_slice=False)] if measuring and machine.hypothetical else []
     first = runs[0]
-    if first.mode == "grpo" and first.prompt_length is None:
+    if first.spec.rollout and first.prompt_length is None:
         notes.append(f"GRPO's prompts are assumed to be {DEFAULT_PROMPT} tokens: give --prompt-length")
     for run in runs:
         notes += [n for n in run.notes if n not in notes]

@@ -122,11 +122,22 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
       mlxfit probe Qwen/Qwen3-4B --memory 16GiB -v   # the whole answer
     """
     from .. import api
-    from ..answer import Silent
-    from ..answer_preference import PreferenceAnswer
     from ..model.runconfig import one_model
 
     model_spec = one_model(model_arg, model_spec)
+    _check_probe_flags(chip, do_measure, by_slice, force, hostfile, memory, gpu_memory, training_flags.get("hosts"))
+    # Every mode through the API's one probe: the same checks, the same answer as a notebook's.
+    answer = api.probe(model_spec, config=config_path, data=data, method=method, memory=memory, gpu_memory=gpu_memory,
+                       reserve=reserve, backend=backend, hostfile=hostfile, skip_bad_lines=skip_bad_lines,
+                       trust_remote_code=trust_remote_code, measure=do_measure, by_slice=by_slice, force=force,
+                       timeout=timeout, steps=steps, progress=_probe_progress(json_), chip=chip, iters=iters,
+                       **training_flags)
+    _print_probe(answer, json_, verbose)
+
+
+def _check_probe_flags(chip, do_measure, by_slice, force, hostfile, memory, gpu_memory, hosts) -> None:
+    """What probe refuses before anything is resolved: an unknown chip, measuring flags
+    without --measure, machine flags beside --hostfile."""
     if chip:
         from ..estimate.step_time import find_chip
 
@@ -137,22 +148,26 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
         if given and not do_measure:
             raise BadInput(f"{flag} is about measuring: add --measure (or leave {flag} out)")
     if hostfile:
-        for flag, given in (("--memory", memory), ("--gpu-memory", gpu_memory), ("--hosts", training_flags.get("hosts"))):
+        for flag, given in (("--memory", memory), ("--gpu-memory", gpu_memory), ("--hosts", hosts)):
             if given is not None:
                 raise BadInput(f"{flag} with --hostfile: the hostfile gives every host and its memory; leave {flag} out")
-    if json_:
-        progress = Silent()
-    else:
-        from ..render.progress import ProbeProgress  # rich when first drawn, for text only
 
-        progress = ProbeProgress()
-    # Every mode through the API's one probe: the same checks, the same answer as a notebook's.
-    answer = api.probe(model_spec, config=config_path, data=data, method=method, memory=memory, gpu_memory=gpu_memory,
-                       reserve=reserve, backend=backend, hostfile=hostfile, skip_bad_lines=skip_bad_lines,
-                       trust_remote_code=trust_remote_code, measure=do_measure, by_slice=by_slice, force=force,
-                       timeout=timeout, steps=steps, progress=progress, chip=chip, iters=iters,
-                       **training_flags)
-    if isinstance(answer, PreferenceAnswer):  # mlx-lm-lora's dpo, cpo, orpo, grpo
+
+def _probe_progress(json_: bool):
+    """What a measurement shows while it runs: nothing with --json."""
+    if json_:
+        from ..answer import Silent
+
+        return Silent()
+    from ..render.progress import ProbeProgress  # rich when first drawn, for text only
+
+    return ProbeProgress()
+
+
+def _print_probe(answer, json_: bool, verbose: bool) -> None:
+    from ..answer_preference import PreferenceAnswer
+
+    if isinstance(answer, PreferenceAnswer):  # mlx-lm-lora's modes
         return preference.print_answer(answer, json_, verbose)
     if os.environ.get("MLX_RANK", "0") != "0":
         return  # under mlx.launch, rank 0 reports every rank's figures
@@ -242,20 +257,7 @@ def calibration(clear, export_path, json_):
         raise BadInput("--clear with --export: export first (mlxfit calibration --export FILE), "
                        "then --clear, so nothing is deleted before it is written")
     if export_path:
-        from ..estimate import export
-
-        machine = get_machine(None, None, None)
-        try:
-            n = export.write(export_path, store.stored(), {"device_name": machine.device_name, "total_bytes": machine.total_bytes})
-        except OSError as e:
-            raise BadInput(f"cannot write {export_path}: {e.strerror or e}") from e
-        if json_:
-            print_json({"exported": n, "file": export_path})
-        else:
-            from ..render.text import console
-
-            console.print(f"Wrote {n} stored measurement{'s' if n != 1 else ''} to {export_path} as evidence rows")
-        return
+        return _export_calibration(export_path, json_)
     if clear:
         removed = store.clear()
         if json_:
@@ -272,6 +274,24 @@ def calibration(clear, export_path, json_):
         from ..render.readouts import render_calibration
 
         render_calibration(store.measurements_dir(), entries)
+
+
+def _export_calibration(export_path, json_: bool) -> None:
+    """calibration --export: the stored measurements written as evidence rows."""
+    from ..estimate import calibration as store
+    from ..estimate import export
+
+    machine = get_machine(None, None, None)
+    try:
+        n = export.write(export_path, store.stored(), {"device_name": machine.device_name, "total_bytes": machine.total_bytes})
+    except OSError as e:
+        raise BadInput(f"cannot write {export_path}: {e.strerror or e}") from e
+    if json_:
+        print_json({"exported": n, "file": export_path})
+    else:
+        from ..render.text import console
+
+        console.print(f"Wrote {n} stored measurement{'s' if n != 1 else ''} to {export_path} as evidence rows")
 
 
 from .bench import bench  # noqa: E402

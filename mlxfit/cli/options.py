@@ -88,15 +88,7 @@ def handle_errors(fn):
         except OSError as e:
             if debugging():
                 raise
-            import errno
-
-            # A write error with no file named is the output's (a full disk under `> file`).
-            lost = _output_lost() or (e.filename is None and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO))
-            if lost:
-                message = f"cannot write the output: {e.strerror or e}"
-            else:
-                message = f"{e.filename}: {e.strerror or e}" if e.filename else str(e)
-            click.echo(f"Error: {message}", err=True)
+            click.echo(f"Error: {_os_error_words(e)}", err=True)
             click.get_current_context().exit(1)
         except KeyboardInterrupt as e:
             if debugging():
@@ -115,6 +107,16 @@ def handle_errors(fn):
             raise click.ClickException(str(e)) from None
 
     return wrapper
+
+
+def _os_error_words(e: OSError) -> str:
+    """An OSError in one line: the output's (a write error naming no file, as a full disk
+    under `> file` gives) or the file's."""
+    import errno
+
+    if _output_lost() or (e.filename is None and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO)):
+        return f"cannot write the output: {e.strerror or e}"
+    return f"{e.filename}: {e.strerror or e}" if e.filename else str(e)
 
 
 def machine_options(fn):

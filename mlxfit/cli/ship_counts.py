@@ -22,15 +22,16 @@ import tempfile
 from ..measure import miniature, shipped_counts
 from ..model.resolve import catalog
 
-MODES = ("dpo", "cpo", "orpo")  # GRPO has no miniature
 
 
 def wanted(model) -> list:
     """(model, run, length) of every shape a default probe of this model counts."""
     from ..estimate.preference import shapes
     from ..model.preference import resolve_run
+    from ..modes import get_mode, names
 
-    return [item for mode in MODES for item in shapes(model, resolve_run(mode, {}, {}), None, None)]
+    counted = [n for n in names() if get_mode(n).counted_on_miniature]  # GRPO has no miniature
+    return [item for mode in counted for item in shapes(model, resolve_run(mode, {}, {}), None, None)]
 
 
 def count(items: list, on_event=lambda e: None) -> dict:

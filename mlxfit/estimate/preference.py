@@ -44,7 +44,6 @@ from ..model.preference import EFFICIENT_STEP, PreferenceRun
 from ..model.resolve import ModelInfo
 from .detailed import Breakdown, counted_totals, dtype_bytes
 from .reference import reference_bytes
-from .uncertainty import preference_range
 from .verdict import Verdict, judge
 
 KV_STEP = 256  # mlx_lm/models/cache.py KVCache.step: the cache grows in these
@@ -91,7 +90,7 @@ class PreferenceEstimate:
     @property
     def range_bytes(self) -> tuple[int, int]:
         """The peak's range on this mode's evidence (mlxfit/estimate/uncertainty.py)."""
-        return preference_range(self.peak_bytes, self.run.mode, self.backend, counted=self.logits_buffers is not None)
+        return self.run.spec.evidence_range(self.peak_bytes, self.backend, counted=self.logits_buffers is not None)
 
     def verdict(self, usable_bytes: int) -> Verdict:
         return judge(*self.range_bytes, usable_bytes)
@@ -139,7 +138,7 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
     t, s = run.training, dtype_bytes(model)
     V = model.architecture.vocab_size
     ref = reference_bytes(model, run, reference)
-    if run.mode == "grpo":
+    if run.spec.rollout:
         return _grpo(model, run, backend, ref, prompt_length)
     L = min(length or t.max_seq_length, t.max_seq_length)
     chunked = run.efficient_long_context and L > EFFICIENT_STEP
@@ -152,7 +151,7 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
         # B x T x V buffer the step holds at its loss, the reference's included.
         sft = _sft(model, replace(t, batch_size=2 * B), backend, step_len, logits=lambda f: 0,
                    kept_logits=int(count * B * T * V * 4), compiled=run.compiled)
-    elif run.mode == "orpo":
+    elif not run.spec.float32_scores:
         # Measured (benchmarks/results/preference.md): ORPO's two cross-entropies run
         # their backward one sequence at a time: the SFT logits term at B, plus the
         # other sequence's logits, kept.
@@ -261,22 +260,7 @@ def _variants(model: ModelInfo, run: PreferenceRun, length: int | None, prompt_l
     lowers the peak: the mode's own first, then the SFT ones."""
     t = run.training
     L = min(length or t.max_seq_length, t.max_seq_length)
-    out = []
-    if run.mode == "grpo":
-        for c in sorted({run.max_completion_length // 2, 128} - {run.max_completion_length}, reverse=True):
-            if 0 < c < run.max_completion_length:
-                out.append((f"--max-completion-length {c}", "shorter completions: less room to reason", replace(run, max_completion_length=c)))
-        if run.group_size > 2:
-            out.append((f"--group-size {max(2, run.group_size // 2)}",
-                        "fewer completions per prompt: noisier advantages (the scoring runs one microbatch per completion group, so this saves little)",
-                        replace(run, group_size=max(2, run.group_size // 2))))
-        if run.beta != 0:
-            out.append(("--beta 0", "no KL penalty: the reference is still loaded but not run", replace(run, beta=0.0)))
-    if run.has_reference:
-        out.append(("--reference-model-path <a 4-bit conversion of the model>",
-                    "the reference scores with quantized weights (mlx_lm.convert -q), not a second full copy", "ref4"))
-    if run.mode == "dpo":
-        out.append(("--train-mode orpo", "ORPO needs no reference model (a different objective)", replace(run, mode="orpo")))
+    out = run.spec.own_changes(model, run)  # the mode's own first (mlxfit/modes/), its reference's among them
     if not t.grad_checkpoint:
         out.append(("--grad-checkpoint", "recomputes each block in the backward pass (slower)", replace(run, training=replace(t, grad_checkpoint=True))))
     if not t.quantize and t.fine_tune_type != "full":
@@ -290,7 +274,7 @@ def _variants(model: ModelInfo, run: PreferenceRun, length: int | None, prompt_l
     if t.fine_tune_type != "full" and t.layers_trained(n) > 4:
         k = max(4, t.layers_trained(n) // 2)
         out.append((f"--num-layers {k}", f"adapters on the last {k} blocks only", replace(run, training=replace(t, num_layers=k))))
-    if run.mode != "grpo" and L > 512:
+    if run.spec.pairs and L > 512:
         if not run.efficient_long_context:
             out.append(("--efficient-long-context", "scores and differentiates in 512-token chunks (experimental)",
                         replace(run, efficient_long_context=True)))

@@ -25,7 +25,7 @@ VAL_BATCHES = 25
 STEPS_PER_EVAL = 200
 SAVE_EVERY = 100
 # mlx_lm_lora/train.py: iters None (and no epochs) takes SFTTrainingArgs().iters
-# (mlx_lm_lora/trainer/sft_trainer.py; pinned by tests/test_step_time.py).
+# (mlx_lm_lora/trainer/sft_trainer.py; pinned by tests/test_estimate_step_time.py).
 PREFERENCE_ITERS = 100
 # A first step compiles the step function (mlx_lm/tuner/trainer.py mx.compile) and warms
 # the machine: counted as this many steps more (benchmarks/results/step_time.md).

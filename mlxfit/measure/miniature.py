@@ -174,12 +174,12 @@ def _keys(items: list) -> list:
     """Each item's shape key; None where no miniature is run: GRPO (its own terms),
     a model with no config, and chunked runs (--efficient-long-context over 512
     tokens), whose miniature would need the full length."""
-    from ..model.preference import EFFICIENT_STEP, PREFERENCE_MODES
+    from ..model.preference import EFFICIENT_STEP
 
     keys = []
     for model, run, length in items:
         chunked = run.efficient_long_context and length > EFFICIENT_STEP
-        ok = model.config is not None and run.mode in PREFERENCE_MODES and not chunked
+        ok = model.config is not None and run.spec.counted_on_miniature and not chunked
         keys.append(shape_key(model, run, length) if ok else None)
     return keys
 

@@ -30,7 +30,7 @@ import tempfile
 import time
 import traceback
 
-from ..model.preference import UNCOMPILED_MODES
+from ..modes import get_mode
 from .child import emit, serve
 
 
@@ -99,15 +99,7 @@ def synthesized(request: dict, run: dict, batch_size: int):
 
     rng = np.random.default_rng(0)
     V, n = request["vocab_size"], max(batch_size, 1)
-    if run["mode"] == "grpo":
-        P = request["prompt_length"]
-        return [(rng.integers(1, V, P).tolist(), [1], "p", "a", None) for _ in range(n)]
-    L = request["length"]
-    return [
-        {"chosen": rng.integers(1, V, L).tolist(), "rejected": rng.integers(1, V, L).tolist(),
-         "chosen_prompt_length": 1, "rejected_prompt_length": 1, "preference_score": 1.0}
-        for _ in range(n)
-    ]
+    return get_mode(run["mode"]).synthesized(rng, V, n, request)
 
 
 def measure_steps(request: dict, emit_event=emit) -> dict:
@@ -117,13 +109,14 @@ def measure_steps(request: dict, emit_event=emit) -> dict:
     training = TrainingConfig(**request["training"])
     run_ = request["run"]
     mode = run_["mode"]
+    spec = get_mode(mode)
     emit_event("stage", stage="importing mlx-lm-lora")
     import mlx.core as mx
     import mlx.optimizers as optim
     from mlx_lm.tuner.callbacks import TrainingCallback
 
     supply_working_set_size()
-    if mode in UNCOMPILED_MODES:
+    if not spec.compiled:
         mx.disable_compile()
     mx.reset_peak_memory()
     held = mx.get_active_memory()
@@ -164,31 +157,8 @@ def measure_steps(request: dict, emit_event=emit) -> dict:
     mx.reset_peak_memory()
     emit_event("stage", stage=f"{mode} steps")
     tic = since[0] = time.perf_counter()
-    if mode == "dpo":
-        from mlx_lm_lora.trainer.dpo_trainer import DPOTrainingArgs, train_dpo
-
-        train_dpo(model=model, ref_model=reference, optimizer=opt, train_dataset=dataset, val_dataset=None,
-                  args=DPOTrainingArgs(**common, beta=run_["beta"], seq_step_size=seq_step), training_callback=Callback())
-    elif mode == "cpo":
-        from mlx_lm_lora.trainer.cpo_trainer import CPOTrainingArgs, train_cpo
-
-        train_cpo(model=model, optimizer=opt, train_dataset=dataset, val_dataset=None,
-                  args=CPOTrainingArgs(**common, beta=run_["beta"], seq_step_size=seq_step), training_callback=Callback())
-    elif mode == "orpo":
-        from mlx_lm_lora.trainer.orpo_trainer import ORPOTrainingArgs, train_orpo
-
-        train_orpo(model=model, optimizer=opt, train_dataset=dataset, val_dataset=None,
-                   args=ORPOTrainingArgs(**common, beta=run_["beta"], seq_step_size=seq_step), training_callback=Callback())
-    elif mode == "grpo":
-        from mlx_lm_lora.trainer.grpo_trainer import GRPOTrainingArgs, train_grpo
-
-        train_grpo(model=model, ref_model=reference, tokenizer=StandInTokenizer(), optimizer=opt,
-                   train_dataset=dataset, val_dataset=None,
-                   args=GRPOTrainingArgs(**common, beta=run_["beta"], group_size=run_["group_size"],
-                                         max_completion_length=run_["max_completion_length"]),
-                   training_callback=Callback())
-    else:
-        raise ValueError(f"unknown mode {mode}")
+    spec.train(model=model, reference=reference, optimizer=opt, dataset=dataset, common=common,
+               run={**run_, "seq_step_size": seq_step}, callback=Callback(), tokenizer=StandInTokenizer())
     seconds = time.perf_counter() - tic
     lengths = [r.get("train_max_generated_tokens") for r in reports if "train_max_generated_tokens" in r]
     return {
@@ -197,7 +167,7 @@ def measure_steps(request: dict, emit_event=emit) -> dict:
         "load_peak_bytes": load_peak,
         "steps": len(peaks),
         "seconds": seconds,
-        "compiled": mode not in UNCOMPILED_MODES,
+        "compiled": spec.compiled,
         "completion_lengths": [float(x) for x in lengths],
         "trainer_peaks_gb": [r.get("peak_memory") for r in reports],
     }
@@ -223,7 +193,7 @@ def measure_miniatures(requests: list) -> list:
     peaks = []
     for i, request in enumerate(requests):
         emit("stage", stage=f"counting logits buffers on miniatures of the model ({i + 1} of {len(requests)})")
-        if request["run"]["mode"] not in UNCOMPILED_MODES:
+        if get_mode(request["run"]["mode"]).compiled:
             mx.enable_compile()  # a CPO miniature before this one disabled it
         try:
             peaks.append(measure_steps(request, emit_event=lambda *a, **k: None)["peak_bytes"])

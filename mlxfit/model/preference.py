@@ -16,22 +16,20 @@ from pathlib import Path
 
 from ..errors import BadInput, MlxfitError
 from ..files import read_text
+from ..modes import DEFAULT, get_mode, names, of_trainer
+from ..modes.base import MLX_LM_LORA
 from .training import TrainingConfig
 
-MODES = ("sft", "dpo", "cpo", "orpo", "grpo")  # covered here; mlx-lm-lora has more
-PREFERENCE_MODES = ("dpo", "cpo", "orpo")  # chosen and rejected sequences through the policy
-# CPO's compiled step fails on mlx 0.32.4 (IndexError: _Map_base::at): it runs, is
-# measured and is estimated with compilation off.
-UNCOMPILED_MODES = ("cpo",)
-# mlx_lm_lora/train.py run(): load_reference_model for these modes (of the five),
+MODES = names()  # covered here (one module each in mlxfit/modes/); mlx-lm-lora has more
+# mlx_lm_lora/train.py run(): load_reference_model for these modes (of those covered),
 # a second full copy of --model unless --reference-model-path names another model.
-REFERENCE_MODES = ("dpo", "grpo")
+REFERENCE_MODES = tuple(n for n in MODES if get_mode(n).reference)
 EXTRA = "pip install 'mlxfit[rl]'"  # installs mlx-lm-lora
 
 # mlx_lm_lora/train.py CONFIG_DEFAULTS, the keys that change memory.
 CONFIG_DEFAULTS = {
     "train_type": "lora",
-    "train_mode": "sft",
+    "train_mode": DEFAULT,
     "optimizer": "adam",
     "num_layers": -1,
     "batch_size": 1,
@@ -86,12 +84,17 @@ class PreferenceRun:
     notes: tuple[str, ...] = field(default=())
 
     @property
+    def spec(self):
+        """The mode (mlxfit/modes/): its trainer, phases, changes and range."""
+        return get_mode(self.mode)
+
+    @property
     def has_reference(self) -> bool:
-        return self.mode in REFERENCE_MODES
+        return self.spec.reference
 
     @property
     def compiled(self) -> bool:
-        return self.mode not in UNCOMPILED_MODES
+        return self.spec.compiled
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -100,7 +103,8 @@ class PreferenceRun:
         return data
 
 
-MODE_WORDS = "dpo, cpo, orpo or grpo"  # the --train-mode values that are mlx_lm_lora.train's
+_LORA_MODES = of_trainer(MLX_LM_LORA)
+MODE_WORDS = ", ".join(_LORA_MODES[:-1]) + " or " + _LORA_MODES[-1]  # the --train-mode values that are mlx_lm_lora.train's
 # mlx_lm_lora.train's own settings beyond mlx-lm's, as probe's flags name them.
 RUN_FLAGS = ("beta", "reference_model_path", "max_completion_length", "efficient_long_context", "load_in_4bits",
              "load_in_6bits", "load_in_8bits", "prompt_length")
@@ -126,9 +130,7 @@ def refuse_sft_flags(mode: str, method_given: bool, bits_given: bool) -> None:
 
 def mode_from(flag: str | None, config: dict) -> str:
     mode = flag or config.get("train_mode") or CONFIG_DEFAULTS["train_mode"]
-    if mode not in MODES:
-        raise BadInput(f"train mode {mode!r} is not covered (use {', '.join(MODES)})")
-    return mode
+    return get_mode(mode).name  # BadInput for a mode not covered
 
 
 def read_yaml(path: Path | None) -> dict:
@@ -199,7 +201,7 @@ def resolve_run(mode: str, flags: dict, config: dict) -> PreferenceRun:
     for name in ("group_size", "max_completion_length"):
         if getattr(run, name) < 1:
             raise BadInput(f"{name.replace('_', '-')} must be at least 1, got {getattr(run, name)}")
-    if run.efficient_long_context and mode == "grpo":
+    if run.efficient_long_context and not run.spec.pairs:
         notes.append("--efficient-long-context does nothing for GRPO (mlx-lm-lora: SFT, DPO, CPO, ORPO only)")
     return replace(run, notes=tuple(notes))
 
@@ -267,24 +269,12 @@ def read_data(data: str, run: PreferenceRun, choice) -> PreferenceData:
     if len(dataset) < t.batch_size:
         raise BadInput(f"{file}: {len(dataset)} rows, fewer than the batch size {t.batch_size}")
     widths = list(_batch_widths(dataset, run))
-    kind = "prompt/answer" if run.mode == "grpo" else "chosen/rejected"
-    return PreferenceData(str(file), len(dataset), len(widths), max(widths), kind, choice.counted_by,
+    return PreferenceData(str(file), len(dataset), len(widths), max(widths), run.spec.data_kind, choice.counted_by,
                           choice.note if choice.approximate else None)
 
 
 def _batch_widths(dataset, run: PreferenceRun):
-    t = run.training
-    if run.mode == "grpo":
-        from mlx_lm_lora.trainer.grpo_trainer import iterate_grpo_batches
-
-        for prompts, *_ in iterate_grpo_batches(dataset, t.batch_size, t.max_seq_length):
-            yield max(len(p) for p in prompts)
-        return
-    if run.mode == "orpo":
-        from mlx_lm_lora.trainer.orpo_trainer import iterate_orpo_batches as iterate
-    elif run.mode == "cpo":
-        from mlx_lm_lora.trainer.cpo_trainer import iterate_cpo_batches as iterate
-    else:
-        from mlx_lm_lora.trainer.dpo_trainer import iterate_dpo_batches as iterate
-    for batch in iterate(dataset, t.batch_size, t.max_seq_length):
-        yield batch[0].shape[1]
+    """Each batch's width as the mode's own batch iterator builds it (mlx_lm_lora/trainer/)."""
+    t, spec = run.training, run.spec
+    for batch in spec.batch_iterator()(dataset, t.batch_size, t.max_seq_length):
+        yield spec.batch_width(batch)

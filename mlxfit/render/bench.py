@@ -234,7 +234,7 @@ def render_header(machine, model, training, varying: list[str], out=None, measur
     `run`: the first of an mlx-lm-lora sweep (its mode and knobs); `notes`: what to
     say up front instead of the hypothetical machine's note."""
     fixed = [f"{SETTING_COLUMNS[name][0]} {SETTING_COLUMNS[name][1](training)}" for name in SETTING_COLUMNS if name not in varying]
-    if run is not None and run.mode == "grpo" and "max_completion_length" not in varying:
+    if run is not None and run.spec.rollout and "max_completion_length" not in varying:
         fixed.append(f"completion {run.max_completion_length}")
     fixed.append(f"optimizer {training.optimizer}")
     if training.quantize and "method" not in varying:
@@ -261,7 +261,7 @@ def mode_words(run) -> str:
     words = [f"{run.mode} (mlx_lm_lora.train)", f"beta {run.beta:g}"]
     if run.has_reference:
         words.append(f"reference: {run.reference_model_path or 'a second copy of the model'}")
-    if run.mode == "grpo":
+    if run.spec.rollout:
         words.append(f"group size {run.group_size}")
         words.append(f"prompt {run.prompt_length or DEFAULT_PROMPT}" + (" (assumed)" if run.prompt_length is None else ""))
     elif run.efficient_long_context:

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..estimate.verdict import Verdict
-from ..model.preference import EXTRA, PREFERENCE_MODES
+from ..model.preference import EXTRA
 from ..units import format_gb, format_size
 from .inputs import storage_words
 from .text import console, print_fields, print_hanging, print_table, verdict_markup, verdict_text
@@ -19,13 +19,13 @@ def run_words(run, estimate) -> list[str]:
     t = run.training
     words = [f"mlx_lm_lora.train --train-mode {run.mode}", t.fine_tune_type + (f" on a {t.bits}-bit base" if t.quantize else ""),
              f"batch {t.batch_size}", f"layers {'all' if t.num_layers == -1 else t.num_layers}"]
-    if run.mode == "grpo":
+    if run.spec.rollout:
         words += [f"group {run.group_size}", f"completions up to {run.max_completion_length}",
                   f"prompt {estimate.prompt_length}" + (" (assumed; --data or --prompt-length)" if estimate.prompt_assumed else ""),
                   f"beta {run.beta:g}"]
     else:
         words.append(f"pairs of {estimate.length} tokens")
-        if run.mode == "dpo":
+        if run.has_reference:  # beta scales the log ratio against the reference
             words.append(f"beta {run.beta:g}")
     if t.grad_checkpoint:
         words.append("grad checkpoint")
@@ -74,7 +74,7 @@ def render(model, run, estimate, usable, plans, stats=None, measured=None, notes
         table.add_row(Text(p.name + (" ◀ peak" if p is peak else ""), style="bold" if p is peak else ""),
                       format_size(p.bytes), Text(parts, style="dim"))
     print_table(table)
-    if estimate.run.mode in PREFERENCE_MODES:
+    if estimate.run.spec.counted_on_miniature:
         print_hanging(f"[dim]{logits_words(estimate)}[/]")
     render_verdict(run, estimate, usable)
     singles, combo = plans["singles"], plans["combination"]
@@ -105,7 +105,7 @@ def render_sized(model, run, estimate, stats, notes) -> None:
         ref = "the model at " + run.reference_model_path if run.reference_model_path else "a second full copy of the model"
         print_hanging(f"[dim]Reference: {ref}, frozen and unquantized (mlx_lm_lora/train.py load_reference_model).[/]")
     if stats is not None:
-        what = "longest prompt" if run.mode == "grpo" else "widest chosen/rejected batch"
+        what = "longest prompt" if run.spec.rollout else "widest chosen/rejected batch"
         print_fields("Data", [stats.file, f"{stats.rows} rows, {stats.batches} batches", f"{what} {stats.widest} tokens",
                               "read with mlx-lm-lora's dataset classes"])
         from .inputs import render_counted_by

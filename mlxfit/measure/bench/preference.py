@@ -121,7 +121,7 @@ def combinations(model: ModelInfo, mode: str, flags: dict, sweeps: dict) -> list
     out: list[PreferenceRun] = []
     for values in itertools.product(*(sweeps[n] for n in names)):
         run = resolve_run(mode, {**flags, **dict(zip(names, values))}, {})
-        if mode == "grpo":
+        if run.spec.rollout:
             run = replace(run, prompt_length=flags.get("prompt_length"))
         run.training.layers_trained(model.architecture.num_layers)  # the error names both numbers
         if run not in out:

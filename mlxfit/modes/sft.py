@@ -1,0 +1,27 @@
+"""mlx-lm's SFT (mlx_lm.lora): the detailed estimate by method (LoRA, QLoRA, full), one
+phase, its remedies (mlxfit/estimate/remedies.py), measured by mlxfit/measure/child.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import MLX_LM, Mode
+
+
+@dataclass(frozen=True)
+class SFT(Mode):
+    def estimate(self, model, run, backend, length=None, reference=None, prompt_length=None, count_new=True,
+                 counted=None):
+        """The detailed estimate's Breakdown of one SFT step (`run`: a TrainingConfig)."""
+        from ..estimate.sizing import predict
+
+        return predict(model, run, backend, length=length)[1]
+
+    def evidence_range(self, peak_bytes: int, backend: str, counted: bool = False, kind: str | None = None):
+        """The detailed estimate's range on SFT's evidence (`kind`: uncertainty.run_kind)."""
+        from ..estimate.uncertainty import predicted_range
+
+        return predicted_range(peak_bytes, backend, kind=kind)
+
+
+MODE = SFT("sft", order=0, trainer=MLX_LM)
