@@ -243,7 +243,7 @@ def preference_step_time(run, model: ModelInfo, speed: Speed, length: int | None
     alone, GRPO's generation of group_size completions token by token, the reference's
     forward and the policy's step. `length`: the widest pair (DPO, CPO, ORPO);
     `prompt_length`: GRPO's longest prompt (default: max_seq_length)."""
-    if run.mode == "grpo":
+    if run.spec.rollout:
         prompt = min(prompt_length or run.training.max_seq_length, run.training.max_seq_length)
         return grpo_step_time(model, run.training, speed, prompt, run.group_size, run.max_completion_length)
     return dpo_step_time(model, run.training, speed, length, reference=run.has_reference)
