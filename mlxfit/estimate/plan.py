@@ -19,6 +19,7 @@ from .rule import RULES, rule_bytes
 # Sizing lives below the plan and its remedies; re-exported for the callers of plan.
 from .sizing import FULL_ON_QUANTIZED, CALIBRATION_PART, catalog_model, catalog_sizes, judged, predict, training_for  # noqa: F401
 from .uncertainty import predicted_range, range_basis
+from .unverified import spanned_range
 from .verdict import Verdict, judge
 
 METHODS = ("lora", "qlora", "full")
@@ -59,8 +60,14 @@ class Estimate:
     def predicted_range_bytes(self) -> tuple[int, int]:
         """[low, high]: how far the estimate can be off on this backend (mlxfit/estimate/uncertainty.py)."""
         if self.detailed:
-            return predicted_range(self.predicted_bytes, self.detailed.backend, kind=self.detailed.features.get("range_kind"))
+            return spanned_range(self.predicted_bytes, self.detailed, self.detailed.backend, self.detailed.features.get("range_kind"))
         return rule_range(self.predicted_bytes)
+
+    @property
+    def unverified(self) -> tuple:
+        """What the estimate counts that no measurement on its backend has verified; its range
+        spans each one's presence and absence (mlxfit/estimate/unverified.py)."""
+        return self.detailed.features.get("unverified", ()) if self.detailed else ()
 
     @property
     def verdict(self) -> Verdict:
@@ -96,6 +103,8 @@ class Estimate:
             "range_basis": range_basis(self.detailed.backend if self.detailed else "rule"),
             "basis": self.basis,
         }
+        if self.unverified:
+            data["range_spans"] = [u.to_dict() for u in self.unverified]
         if self.cannot:
             data["cannot"] = self.cannot
         if self.sized_on:

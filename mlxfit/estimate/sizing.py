@@ -16,7 +16,8 @@ from ..model.resolve import ModelInfo, original_weights
 from ..model.training import TrainingConfig
 from .detailed import Breakdown, estimate
 from .rule import rule_bytes
-from .uncertainty import predicted_range, run_kind
+from .uncertainty import run_kind
+from .unverified import spanned_range, with_unverified
 from .verdict import Verdict, judge
 
 CALIBRATION_PART = "calibration"
@@ -90,6 +91,7 @@ def predict(model: ModelInfo, training: TrainingConfig, backend: str, calibratio
     offset = calibration.offset_for(model, training, length) if calibration is not None else None
     if offset is not None:
         breakdown = breakdown.with_part(CALIBRATION_PART, offset)
+    breakdown = with_unverified(breakdown, training)
     return breakdown.peak_bytes, breakdown
 
 
@@ -97,15 +99,16 @@ def sized(model: ModelInfo, training: TrainingConfig, backend: str, usable_bytes
           length: int | None = None) -> tuple[int, Verdict]:
     """(predicted peak bytes, verdict) of one candidate run, judged as probe judges
     the run itself: by the estimate's range on this backend against the budget."""
-    need, _ = predict(model, training, backend, calibration, length)
-    return need, judged(need, training, backend, usable_bytes)
+    need, breakdown = predict(model, training, backend, calibration, length)
+    return need, judged(need, training, backend, usable_bytes, breakdown)
 
 
-def run_range(need: int, training: TrainingConfig, backend: str) -> tuple[int, int]:
-    """The range of an estimate already made: its spread on this backend, for this kind of run."""
-    return predicted_range(need, backend, kind=run_kind(training.fine_tune_type, training.grad_checkpoint))
+def run_range(need: int, training: TrainingConfig, backend: str, breakdown: Breakdown | None = None) -> tuple[int, int]:
+    """The range of an estimate already made: its spread on this backend, for this kind of run,
+    over the presence and absence of what it counts unverified (`breakdown`'s, when given)."""
+    return spanned_range(need, breakdown, backend, run_kind(training.fine_tune_type, training.grad_checkpoint))
 
 
-def judged(need: int, training: TrainingConfig, backend: str, usable_bytes: int) -> Verdict:
+def judged(need: int, training: TrainingConfig, backend: str, usable_bytes: int, breakdown: Breakdown | None = None) -> Verdict:
     """probe's verdict on an estimate already made: its range against the budget."""
-    return judge(*run_range(need, training, backend), usable_bytes)
+    return judge(*run_range(need, training, backend, breakdown), usable_bytes)

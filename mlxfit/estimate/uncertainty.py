@@ -5,9 +5,12 @@ measured / predicted peaks on the evidence for that backend
 (mlxfit/data/ranges.json, written by benchmarks/mac_evidence.py):
 
 - cpu: the accuracy grid measured here (benchmarks/results/accuracy.csv);
-- metal: the public Mac runs, each predicted by a fit that left its source out
-  (benchmarks/results/mac_evidence.md), never narrower than the CPU's, per kind of
+- metal: the public Mac runs, each predicted by a fit that left its source out, its
+  form chosen without it (a nested leave-one-source-out, benchmarks/results/mac_evidence.md),
+  never narrower than the CPU's, the high side never narrower than the low, per kind of
   run (run_kind) where a kind has enough runs;
+- on a GPU, stretched over what the estimate counts unverified there
+  (mlxfit/estimate/unverified.py: the fused cross-entropy, gated delta's loop);
 - cuda: one public run only, so the Metal range widened by a stated margin;
 - rule: the rule of thumb against the public Mac runs (it has no backend);
 - preference and RL modes (DPO, CPO, ORPO, GRPO with mlx-lm-lora): their own spread

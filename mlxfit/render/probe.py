@@ -236,6 +236,8 @@ def render_plan(plan: Plan, nodes: list[str] | None = None, longest=()) -> None:
     stand = "; the other rows stand" if any(not e.cannot for e in plan.estimates) else ""
     for reason, labels in reasons.items():
         print_hanging(f"[yellow]{', '.join(labels)}[/]: {reason}{stand}", indent=2)
+    for note in unverified_notes(plan):
+        print_hanging(note, indent=2)
     if longest:
         print_hanging(longest_words(plan, longest), indent=2)
     if detailed:
@@ -571,6 +573,12 @@ def short_fit_words(fit) -> str:
     return "every length" if fit.every_length else f"up to {tokens(fit.tokens)}"
 
 
+def unverified_notes(plan: Plan) -> list[str]:
+    """Why a range is wider than the estimate's spread: what it counts unverified on this backend."""
+    found = {u.mechanism: u.why for e in plan.estimates if not e.cannot for u in e.unverified}
+    return [f"[yellow]The range spans the {mechanism} and its absence[/]: {why}." for mechanism, why in found.items()]
+
+
 def render_verdicts(plan: Plan, longest=()) -> None:
     """Each method's verdict, first; without data or a length of the run's own, the
     longest examples that fit at the run's batch beside the worst case."""
@@ -617,6 +625,7 @@ def render_verdicts(plan: Plan, longest=()) -> None:
         if e.cannot:
             reasons.setdefault(e.cannot, []).append(method_label(e.method, plan.training))
     notes += [f"[yellow]{', '.join(labels)}[/]: {reason}{stand}" for reason, labels in reasons.items()]
+    notes += unverified_notes(plan)
     for note in notes:
         print_hanging(note, indent=2)
 
