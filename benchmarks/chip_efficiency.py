@@ -13,6 +13,7 @@ mlxfit/data/apple_chips.json and the table into benchmarks/results/chip_efficien
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import statistics
@@ -26,6 +27,17 @@ ROOT = Path(__file__).resolve().parent.parent
 EVIDENCE = ROOT / "benchmarks" / "evidence" / "mac_throughput.csv"
 TABLE = ROOT / "mlxfit" / "data" / "apple_chips.json"
 RESULT = ROOT / "benchmarks" / "results" / "chip_efficiency.md"
+
+
+# The split of the sources found after the first six rows, decided before any of them was read:
+# a source's key (its URL, or the code-index id, as in the `source` column up to the first space)
+# is hashed, and the hash drawn into `fit` (half), `heldout` (a quarter: tests the fit while the
+# model's form may still change) and `blind` (a quarter: scored once, after the form is frozen).
+# Every row of one source lands in the same split, so no source is both fitted and tested.
+def drawn_split(source: str) -> str:
+    key = source.split(" ")[0] if not source.startswith("code-index id") else " ".join(source.split(" ")[:3])
+    draw = int(hashlib.sha256(key.encode("utf-8")).hexdigest(), 16) % 4
+    return ("fit", "fit", "heldout", "blind")[draw]
 
 
 def run(row):
