@@ -13,6 +13,7 @@ mlxfit/data/apple_chips.json and the table into benchmarks/results/chip_efficien
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import math
@@ -40,23 +41,32 @@ def drawn_split(source: str) -> str:
     return ("fit", "fit", "heldout", "blind")[draw]
 
 
+@functools.lru_cache(maxsize=None)
+def _model(spec: str):
+    return resolve_model(str(ROOT / spec) if spec.startswith("benchmarks/") else spec)
+
+
 def run(row):
-    spec = row["model"]
-    model = resolve_model(str(ROOT / spec) if spec.startswith("benchmarks/") else spec)
     keys = tuple(k for k in row["lora_keys"].split(",") if k) or None
     training = TrainingConfig(batch_size=int(row["batch_size"]), num_layers=int(row["num_layers"]),
                               max_seq_length=max(int(row["width"]), 2), grad_checkpoint=row["grad_checkpoint"] == "yes",
-                              quantize=row["method"] == "qlora", lora_keys=keys)
-    return model, training
+                              quantize=row["method"] == "qlora", lora_keys=keys, rank=int(row.get("rank") or 8))
+    return _model(row["model"]), training
+
+
+def peak_share(row) -> float:
+    """The share of the table's (top) GPU the run's chip has, where the row states its cores."""
+    chip = st.find_chip(row["chip"])
+    return int(row["gpu_cores"]) / chip.gpu_cores if row.get("gpu_cores") else 1.0
 
 
 def predicted_tokens_per_second(row, efficiency: float, seconds_per_op: float) -> float:
     model, training = run(row)
     chip = st.find_chip(row["chip"])
-    speed = st.Speed(chip.peak_operations * efficiency, chip.bandwidth, "", (1, 1), chip=chip.name,
+    speed = st.Speed(chip.peak_operations * peak_share(row) * efficiency, chip.bandwidth, "", (1, 1), chip=chip.name,
                      seconds_per_op=seconds_per_op)
     seconds = st.step_time(model, training, speed, int(row["width"])).seconds
-    return int(row["tokens_per_step"]) / seconds
+    return float(row["tokens_per_step"]) / seconds
 
 
 # The Metal operation's cost is searched on this grid (seconds), the efficiency finely for each.
