@@ -87,48 +87,84 @@ def fit(rows) -> tuple[float, float]:
     return best[1], best[2]
 
 
-def main():
+def _ratios(rows, fitted, per_op):
+    return [predicted_tokens_per_second(r, fitted, per_op) / float(r["tokens_per_sec"]) for r in rows]
+
+
+def _spread(ratios) -> tuple[float, float]:
+    """The range probe gives, as a factor on predicted seconds (measured seconds / predicted =
+    predicted tokens/s / reported): the lowest and highest ratio, 1 included."""
+    return min([1.0] + ratios), max([1.0] + ratios)
+
+
+def _summary(ratios, band) -> dict:
+    errors = [abs(x - 1) for x in ratios]
+    return {"runs": len(ratios), "median_error": round(statistics.median(errors), 3), "worst_error": round(max(errors), 3),
+            "within_30": sum(e <= 0.3 for e in errors),
+            "in_range": sum(band[0] <= x <= band[1] for x in ratios)}
+
+
+def main(score_blind: bool = False):
     rows = list(csv.DictReader(open(EVIDENCE, encoding="utf-8")))
-    fit_rows = [r for r in rows if r["split"] == "fit"]
-    held = [r for r in rows if r["split"] == "heldout"]
-    fitted, per_op = fit(fit_rows)
+    for r in rows[6:]:  # the rows found after the first six were split by the drawn rule
+        assert r["split"] == drawn_split(r["source"]), r["source"]
+    by = {k: [r for r in rows if r["split"] == k] for k in ("fit", "heldout", "blind")}
+    fitted, per_op = fit(by["fit"])
+    ratios = {k: _ratios(v, fitted, per_op) for k, v in by.items() if k != "blind" or score_blind}
+    fit_band = _spread(ratios["fit"])
+    band = _spread(ratios["fit"] + ratios["heldout"])  # the range probe shows: every run the design saw
+    chips = {k: sorted({r["chip"] for r in v}) for k, v in by.items()}
     lines = ["# Apple chips: the fitted training efficiency and its held-out error", "",
-             "Written by `PYTHONPATH=. python benchmarks/chip_efficiency.py` from "
+             "Written by `PYTHONPATH=. python benchmarks/chip_efficiency.py` (add `--blind` to score the blind runs) from "
              "`benchmarks/evidence/mac_throughput.csv` (sources and readings in its notes). The runs were split by "
-             "source before fitting: `fit` rows set the two fitted figures (least squares on the log of tokens per "
-             "second; the elementwise traffic counted in mlxfit/estimate/step_work.py goes at the chip's bandwidth, "
-             "not fitted), `heldout` rows only test them.", "",
+             "source before fitting: the first six rows as before (3 `fit`, 3 `heldout`), every source found later by "
+             "a hash of the source drawn before any of its runs was read (`drawn_split`: half `fit`, a quarter "
+             "`heldout`, a quarter `blind`). `fit` rows set the two fitted figures (least squares on the log of tokens "
+             "per second; the elementwise traffic counted in mlxfit/estimate/step_work.py goes at the chip's "
+             "bandwidth, not fitted), `heldout` rows test them while the form may change, `blind` rows are scored "
+             "once, after the form is frozen.", "",
              f"Fitted: matrix products at **{fitted:.3f}** of the peak half-precision rate; **{per_op * 1e6:g} µs** "
-             f"per dispatched operation ({len(fit_rows)} runs, {len({r['chip'] for r in fit_rows})} chips).", "",
+             f"per dispatched operation ({len(by['fit'])} runs, {len(chips['fit'])} chips: {', '.join(chips['fit'])}).", "",
              "| split | chip | model | batch x width | reported tok/s | predicted tok/s | predicted / reported |",
              "|---|---|---|---|---|---|---|"]
-    ratios = {"fit": [], "heldout": []}
-    for r in fit_rows + held:
-        pred = predicted_tokens_per_second(r, fitted, per_op)
-        ratio = pred / float(r["tokens_per_sec"])
-        ratios[r["split"]].append(ratio)
-        lines.append(f"| {r['split']} | {r['chip']} | {Path(r['model']).name} | {r['batch_size']} x {r['width']} | "
-                     f"{float(r['tokens_per_sec']):.0f} | {pred:.0f} | {ratio:.2f} |")
-    errors = [abs(x - 1) for x in ratios["heldout"]]
-    # The range, as a factor on predicted seconds: measured seconds / predicted = predicted tok/s / reported.
-    low = min([1.0] + ratios["heldout"])
-    high = max([1.0] + ratios["heldout"])
-    lines += ["", f"Held out ({len(held)} runs, {len({r['chip'] for r in held})} chips): median error of the predicted "
-              f"tokens per second {statistics.median(errors):.0%}, worst {max(errors):.0%}. The range probe gives is "
-              f"the spread of these runs' measured over predicted step time: {low:.2f}-{high:.2f} x the estimate.",
-              "", "Every row is low or medium trust: the public logs rarely state the width of the batches, so "
-              "the tokens a step takes are read from the context, the data set or tokens/sec over it/sec (see the "
-              "notes). Read the range as the size of the error, not a bound."]
+    for k in ratios:
+        for r, ratio in zip(by[k], ratios[k]):
+            lines.append(f"| {k} | {r['chip']} | {Path(r['model']).name} | {r['batch_size']} x {r['width']} | "
+                         f"{float(r['tokens_per_sec']):.0f} | {float(r['tokens_per_sec']) * ratio:.0f} | {ratio:.2f} |")
+    fit_s = _summary(ratios["fit"], fit_band)
+    held = _summary(ratios["heldout"], fit_band)
+    lines += ["", f"In sample ({fit_s['runs']} fit runs): median error {fit_s['median_error']:.0%}, worst "
+              f"{fit_s['worst_error']:.0%}.",
+              f"Held out ({held['runs']} runs, {len(chips['heldout'])} chips: {', '.join(chips['heldout'])}): median "
+              f"error of the predicted tokens per second {held['median_error']:.0%}, worst {held['worst_error']:.0%}, "
+              f"{held['within_30']} of {held['runs']} within 30%; the fit runs' spread "
+              f"({fit_band[0]:.2f}-{fit_band[1]:.2f} x) holds {held['in_range']} of {held['runs']}.",
+              f"The range probe gives is the spread of the fit and held-out runs' measured over predicted step time: "
+              f"{band[0]:.2f}-{band[1]:.2f} x the estimate."]
+    blind = None
+    if score_blind:
+        blind = _summary(ratios["blind"], band)
+        lines.append(f"Blind ({blind['runs']} runs, {len(chips['blind'])} chips: {', '.join(chips['blind'])}; scored "
+                     f"once, after the form was frozen): median error {blind['median_error']:.0%}, worst "
+                     f"{blind['worst_error']:.0%}, {blind['within_30']} of {blind['runs']} within 30%; the range holds "
+                     f"{blind['in_range']} of {blind['runs']}.")
+    else:
+        lines.append(f"Blind: {len(by['blind'])} runs ({', '.join(chips['blind'])}) not scored by this run.")
+    lines += ["", "Every row is low, medium or high trust (its column): the public logs rarely state the width of the "
+              "batches, so the tokens a step takes are read from the context, the data set or tokens/sec over it/sec "
+              "(see the notes). Read the range as the size of the error, not a bound."]
     RESULT.write_text("\n".join(lines) + "\n", encoding="utf-8")
     table = json.loads(TABLE.read_text(encoding="utf-8"))
     table["efficiency"] = {
         "fitted": round(fitted, 4),
         "seconds_per_op": per_op,
-        "range": [round(low, 3), round(high, 3)],
-        "fit_runs": len(fit_rows), "fit_chips": sorted({r["chip"] for r in fit_rows}),
-        "heldout_runs": len(held), "heldout_chips": sorted({r["chip"] for r in held}),
-        "heldout_median_error": round(statistics.median(errors), 3),
-        "heldout_worst_error": round(max(errors), 3),
+        "range": [round(band[0], 3), round(band[1], 3)],
+        "fit_runs": len(by["fit"]), "fit_chips": chips["fit"],
+        "heldout_runs": len(by["heldout"]), "heldout_chips": chips["heldout"],
+        "heldout_median_error": held["median_error"],
+        "heldout_worst_error": held["worst_error"],
+        **({"blind_runs": blind["runs"], "blind_chips": chips["blind"], "blind_median_error": blind["median_error"],
+            "blind_worst_error": blind["worst_error"], "blind_in_range": blind["in_range"]} if blind else {}),
         "written_by": "benchmarks/chip_efficiency.py from benchmarks/evidence/mac_throughput.csv",
     }
     TABLE.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
@@ -136,4 +172,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    main(score_blind="--blind" in sys.argv[1:])
