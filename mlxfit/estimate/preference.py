@@ -144,6 +144,8 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
     ref = reference_bytes(model, run, reference)
     if run.mode == "grpo":
         return _grpo(model, run, backend, ref, prompt_length)
+    if run.mode == "sft":
+        return estimate_lora_sft(model, run, backend, length)
     L = min(length or t.max_seq_length, t.max_seq_length)
     chunked = run.efficient_long_context and L > EFFICIENT_STEP
     step_len = EFFICIENT_STEP if chunked else L
@@ -182,6 +184,33 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
         step["KV cache (chunks of 512)"] = caches
     name = f"policy step: chosen + rejected, {2 * B} x {step_len} tokens" + (f" (chunks of {L})" if chunked else "")
     return PreferenceEstimate(run, backend, (Phase(name, {**resident, **step}),), L, logits_buffers=count)
+
+
+def lazy_head_bytes(model: ModelInfo, run: PreferenceRun) -> int:
+    """mlx_lm_lora/utils.py from_pretrained quantizes with --load-in-Nbits after loading
+    (nn.quantize, lazy): the full-precision weights stay resident until the first step
+    evaluates their quantization, and an untied output head's is still alive at that
+    step's peak. Measured (benchmarks/preference.py, tests/test_preference.py): qwen3
+    of width 384, vocabulary 32k, float32, SFT: +49.7 MB at the first step, the head's
+    50.3 MB; a tied llama of width 512: +0.1 MB (the embedding is evaluated first).
+    Counted for SFT only: an ORPO step on the same qwen3 held 20.8 MB of it, not 50."""
+    t = run.training
+    if not t.quantize or model.quantized or model.architecture.tied_embeddings:
+        return 0
+    return model.architecture.vocab_size * model.architecture.hidden_size * dtype_bytes(model)
+
+
+def estimate_lora_sft(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", length: int | None = None) -> PreferenceEstimate:
+    """mlx-lm-lora's own SFT (sft_trainer.py train_sft): its step is mlx-lm's (default_loss,
+    the whole step under mx.compile, the same batch padding), so it is the SFT estimate."""
+    t = run.training
+    L = min(length or t.max_seq_length, t.max_seq_length)
+    sft = _sft(model, t, backend, L)
+    parts = dict(sft.parts)
+    if lazy_head_bytes(model, run):
+        parts["full-precision head (quantized lazily)"] = lazy_head_bytes(model, run)
+    phase = Phase(f"training step: {t.batch_size} x {L} tokens", parts)
+    return PreferenceEstimate(run, backend, (phase,), L)
 
 
 def _sft(model: ModelInfo, training, backend: str, length: int, logits=lambda f: f, kept_logits: int = 0,

@@ -1,5 +1,5 @@
-"""The measuring process for DPO, CPO, ORPO and GRPO: a few real steps of
-mlx-lm-lora's own trainer (train_dpo, train_cpo, train_orpo, train_grpo).
+"""The measuring process for mlx-lm-lora's SFT, DPO, CPO, ORPO and GRPO: a few real
+steps of its own trainer (train_sft, train_dpo, train_cpo, train_orpo, train_grpo).
 
 Random weights as for SFT (mlxfit/measure/build.py), a frozen random reference
 for DPO and GRPO (a second full copy, as mlx_lm_lora/train.py load_reference_model
@@ -103,6 +103,10 @@ def synthesized(request: dict, run: dict, batch_size: int):
         P = request["prompt_length"]
         return [(rng.integers(1, V, P).tolist(), [1], "p", "a", None) for _ in range(n)]
     L = request["length"]
+    if run["mode"] == "sft":
+        # sft_trainer.py iterate_batches pads to 1 + 32 * ceil(longest / 32): L - 1 tokens
+        # make a batch L wide when L is such a width.
+        return [(rng.integers(1, V, max(L - 1, 1)).tolist(), 0) for _ in range(n)]
     return [
         {"chosen": rng.integers(1, V, L).tolist(), "rejected": rng.integers(1, V, L).tolist(),
          "chosen_prompt_length": 1, "rejected_prompt_length": 1, "preference_score": 1.0}
@@ -164,7 +168,12 @@ def measure_steps(request: dict, emit_event=emit) -> dict:
     mx.reset_peak_memory()
     emit_event("stage", stage=f"{mode} steps")
     tic = since[0] = time.perf_counter()
-    if mode == "dpo":
+    if mode == "sft":
+        from mlx_lm_lora.trainer.sft_trainer import SFTTrainingArgs, train_sft
+
+        train_sft(model=model, optimizer=opt, train_dataset=dataset, val_dataset=None,
+                  args=SFTTrainingArgs(**common, seq_step_size=seq_step), training_callback=Callback())
+    elif mode == "dpo":
         from mlx_lm_lora.trainer.dpo_trainer import DPOTrainingArgs, train_dpo
 
         train_dpo(model=model, ref_model=reference, optimizer=opt, train_dataset=dataset, val_dataset=None,

@@ -267,7 +267,7 @@ def read_data(data: str, run: PreferenceRun, choice) -> PreferenceData:
     if len(dataset) < t.batch_size:
         raise BadInput(f"{file}: {len(dataset)} rows, fewer than the batch size {t.batch_size}")
     widths = list(_batch_widths(dataset, run))
-    kind = "prompt/answer" if run.mode == "grpo" else "chosen/rejected"
+    kind = {"grpo": "prompt/answer", "sft": "text"}.get(run.mode, "chosen/rejected")
     return PreferenceData(str(file), len(dataset), len(widths), max(widths), kind, choice.counted_by,
                           choice.note if choice.approximate else None)
 
@@ -279,6 +279,14 @@ def _batch_widths(dataset, run: PreferenceRun):
 
         for prompts, *_ in iterate_grpo_batches(dataset, t.batch_size, t.max_seq_length):
             yield max(len(p) for p in prompts)
+        return
+    if run.mode == "sft":
+        from mlx_lm_lora.trainer.datasets import CacheDataset
+        from mlx_lm_lora.trainer.sft_trainer import iterate_batches
+
+        # train.py run() wraps the rows so (tokens, offset) is what the iterator reads.
+        for batch, _ in iterate_batches(CacheDataset(dataset), t.batch_size, t.max_seq_length):
+            yield batch.shape[1]
         return
     if run.mode == "orpo":
         from mlx_lm_lora.trainer.orpo_trainer import iterate_orpo_batches as iterate
