@@ -136,6 +136,36 @@ def test_grpo_scoring_logits_are_the_measured_slope(beta):
     assert counted == pytest.approx(measured, rel=0.06)
 
 
+@needs_rl
+def test_mlx_lm_lora_sft_step_is_mlx_lms_and_quantizes_lazily():
+    from mlx_lm.tuner import trainer as mlx_lm_trainer
+    from mlx_lm_lora import utils
+    from mlx_lm_lora.trainer import sft_trainer
+
+    # The same loss and the same compiled step: estimate_lora_sft is the SFT estimate.
+    assert inspect.getsource(sft_trainer.default_loss).split("offset")[0].count("batch[:, :-1]") == 1
+    assert "nn.losses.cross_entropy(logits, targets) * mask" in inspect.getsource(sft_trainer.default_loss)
+    assert "@partial(mx.compile, inputs=state, outputs=state)" in inspect.getsource(sft_trainer.train_sft)
+    assert "@partial(mx.compile, inputs=state, outputs=state)" in inspect.getsource(mlx_lm_trainer.train)
+    # --load-in-Nbits: nn.quantize after loading, nothing evaluated before training.
+    src = inspect.getsource(utils.from_pretrained)
+    assert "nn.quantize(model, bits=bits, group_size=group_size, mode=mode)" in src and "mx.eval" not in src
+
+
+def test_lora_sft_counts_the_lazily_quantized_head_only_when_untied(model_folder):
+    from mlxfit.model.resolve import resolve_model
+
+    untied = resolve_model(str(model_folder({**TINY["llama"], "tie_word_embeddings": False})))
+    tied = resolve_model(str(model_folder({**TINY["llama"], "tie_word_embeddings": True}, name="tied")))
+    q = pref.resolve_run("sft", {"load_in_4bits": True}, {})
+    head = "full-precision head (quantized lazily)"
+    arch = untied.architecture
+    assert est.estimate_run(untied, q, "cpu", length=65).peak.parts[head] == arch.vocab_size * arch.hidden_size * est.dtype_bytes(untied)
+    assert head not in est.estimate_run(tied, q, "cpu", length=65).peak.parts
+    plain = est.estimate_run(untied, pref.resolve_run("sft", {}, {}), "cpu", length=65)
+    assert head not in plain.peak.parts and plain.peak.name.startswith("training step: 1 x 65")
+
+
 def test_kv_step_is_mlx_lms():
     from mlx_lm.models.cache import KVCache
 
