@@ -39,6 +39,17 @@ CONFIGS = {
     "qwen3-16k": {"model_type": "qwen3", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 6,
                   "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 16384,
                   "rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "rope_theta": 1e6, "tie_word_embeddings": False},
+    # Wider models (hidden 384-512, as GRPO's and mlx-lm-lora SFT's misses were), for sets drawn after a change.
+    "llama-512-f32": {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 4,
+                      "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 16384, "rms_norm_eps": 1e-5,
+                      "tie_word_embeddings": True, "torch_dtype": "float32"},
+    "qwen3-384-f32": {"model_type": "qwen3", "hidden_size": 384, "intermediate_size": 1024, "num_hidden_layers": 4,
+                      "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 32768,
+                      "rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "rope_theta": 1e6,
+                      "tie_word_embeddings": False, "torch_dtype": "float32"},
+    "llama-256-bf16": {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 6,
+                       "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 16384, "rms_norm_eps": 1e-5,
+                       "tie_word_embeddings": True, "torch_dtype": "bfloat16"},
 }
 # (config, mode, words of text per chosen response or prompt, flags for resolve_run)
 L8, Q16 = "llama-tied-8k", "qwen3-16k"
@@ -148,6 +159,8 @@ def make_data(folder: Path, mode: str, n: int, rows: int) -> None:
     for _ in range(rows):
         if mode == "grpo":
             lines.append({"prompt": text(max(n - 12, 1)), "answer": "4"})
+        elif mode == "lora_sft":
+            lines.append({"text": text(n)})
         else:
             lines.append({"prompt": text(8), "chosen": text(n), "rejected": text(n // 2)})
     (folder / "train.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
@@ -161,7 +174,7 @@ def real_run(model_dir: Path, data_dir: Path, mode: str, run, workdir: Path) -> 
     t = run.training
     config = workdir / "run.yaml"
     config.write_text(json.dumps({"fuse": False, "lora_parameters": {"rank": t.rank, "dropout": 0.0, "scale": t.scale}}))
-    argv = ["--model", str(model_dir), "--train", "--data", str(data_dir), "--train-mode", mode,
+    argv = ["--model", str(model_dir), "--train", "--data", str(data_dir), "--train-mode", run.spec.trainer_mode,
             "--train-type", t.fine_tune_type, "--batch-size", str(t.batch_size), "--iters", "3",
             "--steps-per-report", "1", "--steps-per-eval", "1000", "--save-every", "1000",
             "--adapter-path", str(workdir / "adapters"), "--max-seq-length", str(t.max_seq_length),
@@ -198,10 +211,13 @@ def one(name, mode, n, flags, tmp: Path) -> dict:
     run = resolve_run(mode, dict(flags), {})
     make_data(tmp / "data", mode, n, max(4, 2 * run.training.batch_size))
     model = resolve_model(str(model_dir))
-    width = read_data(str(tmp / "data"), run, load_tokenizer(model).tokenizer).widest
+    width = read_data(str(tmp / "data"), run, load_tokenizer(model)).widest
     if mode == "grpo":
         e = estimate_run(model, run, "cpu", prompt_length=width)
         m = measure(model, run, e.length, prompt_length=width, steps=3, timeout=900)
+    elif mode == "lora_sft":
+        e = estimate_run(model, run, "cpu", length=width)
+        m = measure(model, run, width, steps=3, timeout=900)
     else:
         e = estimate_run(model, run, "cpu", length=width)
         m = measure(model, run, width, steps=3, timeout=900)
@@ -457,7 +473,7 @@ def rescore(r: dict, recount: bool = False) -> dict:
 
 def row(r: dict) -> str:
     est = (r["estimate"] - r["real"]) / r["real"] * 100
-    fit = (r["estimate_fitted"] - r["real"]) / r["real"] * 100
+    fit = (r.get("estimate_fitted", r["estimate"]) - r["real"]) / r["real"] * 100
     mea = (r["measured"] - r["real"]) / r["real"] * 100
     comp = ""
     if r["mode"] == "grpo":
@@ -465,7 +481,7 @@ def row(r: dict) -> str:
     count = f"{r['logits_buffers']:.2f}" if r.get("logits_buffers") is not None else "–"
     return (f"| {r['config']} | {r['mode']}{'' if r['compiled'] else ' (uncompiled)'} | {r['width']} | "
             f"{json.dumps(r['flags']).replace('|', '/')} | {r['real'] / 1e6:.1f} | {count} | {r['estimate'] / 1e6:.1f} | "
-            f"{est:+.1f}% | {r['estimate_fitted'] / 1e6:.1f} | {fit:+.1f}% | "
+            f"{est:+.1f}% | {r.get('estimate_fitted', r['estimate']) / 1e6:.1f} | {fit:+.1f}% | "
             f"{r['measured'] / 1e6:.1f} | {mea:+.1f}% | {r['phase']} | {comp} |")
 
 
@@ -523,6 +539,7 @@ def main() -> None:
     p.add_argument("--out", default="benchmarks/results/preference.md")
     p.add_argument("--json", help="also write the rows as JSON lines here (appended as they finish)")
     p.add_argument("--only", help="rows to run, e.g. 0-5 or 3,7")
+    p.add_argument("--grid", help="a JSON file of [config, mode, words, flags] rows to run instead of GRID")
     p.add_argument("--rescore", help="recompute the estimates of the rows recorded in this JSON-lines file, run nothing")
     p.add_argument("--ranges", action="store_true", help="each mode's range from the recorded runs, cross-validated; run nothing")
     p.add_argument("--write", action="store_true", help="with --ranges: write mlxfit/data/preference_ranges.json")
@@ -547,13 +564,16 @@ def main() -> None:
         results = [rescore(json.loads(line)) for line in Path(args.rescore).read_text().splitlines() if line.strip()]
         write(results, [row(r) for r in results], args.out)
         return
-    picks = range(len(GRID))
+    grid = GRID
+    if args.grid:
+        grid = [tuple(x) for x in json.loads(Path(args.grid).read_text())]
+    picks = range(len(grid))
     if args.only:
         picks = [i for part in args.only.split(",") for i in
                  (range(int(part.split("-")[0]), int(part.split("-")[1]) + 1) if "-" in part else [int(part)])]
     results, lines = [], []
     for i in picks:
-        name, mode, n, flags = GRID[i]
+        name, mode, n, flags = grid[i]
         tic = time.time()
         with tempfile.TemporaryDirectory() as tmp:
             try:
@@ -592,7 +612,7 @@ def write(results, lines, out) -> None:
     tail = [""]
     if results:
         est = [abs(r["estimate"] - r["real"]) / r["real"] * 100 for r in results]
-        fit = [abs(r["estimate_fitted"] - r["real"]) / r["real"] * 100 for r in results]
+        fit = [abs(r.get("estimate_fitted", r["estimate"]) - r["real"]) / r["real"] * 100 for r in results]
         mea = [abs(r["measured"] - r["real"]) / r["real"] * 100 for r in results]
         tail.append(f"{len(results)} runs. Estimate |error| against mlx_lm_lora.train: median {statistics.median(est):.1f}%, "
                     f"worst {max(est):.1f}% (with the fitted count: median {statistics.median(fit):.1f}%, worst "

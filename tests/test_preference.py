@@ -83,6 +83,89 @@ def test_mechanisms_read_from_the_source():
     assert "max(len(prompt_tokens), 1)" in inspect.getsource(grpo_trainer.train_grpo)
 
 
+@needs_rl
+def test_grpo_scoring_as_the_estimate_reads_it():
+    import mlx_lm_lora.trainer.grpo_trainer as g
+
+    # Each microbatch is evaluated before the next (its activations freed), the step
+    # is not compiled as a whole, and only the scored positions are cast to float32.
+    assert "mx.eval(total_loss, total_tokens, all_metrics, accumulated)" in inspect.getsource(g._grpo_microbatches)
+    assert "mx.compile" not in inspect.getsource(g.train_grpo)
+    assert "model(inputs[:, :-1])[:, start:]" in inspect.getsource(g._get_token_logps)
+    assert "logits = mx.where(mask[..., None], logits, 0).astype(mx.float32)" in inspect.getsource(g._select_token_logps)
+    assert "start = min(len(batch[0][idx]) for idx in batch_indices) - 1" in inspect.getsource(g.grpo_loss)
+
+
+def _grpo_scoring_peak(vocab: int, beta: float) -> int:
+    """The scoring step's peak above what is resident, run with grpo_trainer's own
+    microbatches on a float32 model: 2 completions of 16 tokens after a 16-token prompt."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    import mlx_lm_lora.trainer.grpo_trainer as g
+
+    from mlxfit.measure.build import materialize, random_model
+
+    config = {**TINY["llama"], "vocab_size": vocab, "torch_dtype": "float32", "tie_word_embeddings": True}
+    model, ref = random_model(config), random_model(config)
+    materialize(model)
+    materialize(ref)
+    ref.freeze()
+    model.model.embed_tokens.freeze()  # its gradient is vocabulary-sized but not the logits'
+    mx.random.seed(0)
+    prompt = mx.random.randint(1, vocab, (16,)).tolist()
+    completions = [mx.random.randint(1, vocab, (16,)) for _ in range(2)]
+    mx.reset_peak_memory()
+    base = mx.get_active_memory()
+    g._grpo_value_and_grad(nn.value_and_grad(model, g.grpo_loss), model, 1, batch=([prompt], [[1]], ["p"], ["a"], None),
+                           completions=completions, completion_texts=["", ""], batch_indices=[0, 0],
+                           advantages=mx.array([1.0, -1.0]), reward_metrics={}, beta=beta, epsilon=1e-4,
+                           epsilon_high=None, ref_model=ref, grpo_loss_type="grpo", importance_sampling_level="token",
+                           max_tokens=16)
+    return mx.get_peak_memory() - base
+
+
+@needs_rl
+@pytest.mark.parametrize("beta", [0.1, 0.0])
+def test_grpo_scoring_logits_are_the_measured_slope(beta):
+    """The vocabulary-sized buffers of a scoring microbatch, counted by
+    grpo_scoring_logits (the reference's as many again when beta is not 0), equal the
+    slope of the measured peak over the vocabulary."""
+    measured = _grpo_scoring_peak(16384, beta) - _grpo_scoring_peak(8192, beta)
+    # width = 32 tokens: T = 31 positions fed, 16 scored (those after the prompt's last)
+    counted = (est.grpo_scoring_logits(1, 31, 16, 16384, 4) - est.grpo_scoring_logits(1, 31, 16, 8192, 4)) * (2 if beta else 1)
+    assert counted == pytest.approx(measured, rel=0.06)
+
+
+@needs_rl
+def test_mlx_lm_lora_sft_step_is_mlx_lms_and_quantizes_lazily():
+    from mlx_lm.tuner import trainer as mlx_lm_trainer
+    from mlx_lm_lora import utils
+    from mlx_lm_lora.trainer import sft_trainer
+
+    # The same loss and the same compiled step: estimate_lora_sft is the SFT estimate.
+    assert inspect.getsource(sft_trainer.default_loss).split("offset")[0].count("batch[:, :-1]") == 1
+    assert "nn.losses.cross_entropy(logits, targets) * mask" in inspect.getsource(sft_trainer.default_loss)
+    assert "@partial(mx.compile, inputs=state, outputs=state)" in inspect.getsource(sft_trainer.train_sft)
+    assert "@partial(mx.compile, inputs=state, outputs=state)" in inspect.getsource(mlx_lm_trainer.train)
+    # --load-in-Nbits: nn.quantize after loading, nothing evaluated before training.
+    src = inspect.getsource(utils.from_pretrained)
+    assert "nn.quantize(model, bits=bits, group_size=group_size, mode=mode)" in src and "mx.eval" not in src
+
+
+def test_lora_sft_counts_the_lazily_quantized_head_only_when_untied(model_folder):
+    from mlxfit.model.resolve import resolve_model
+
+    untied = resolve_model(str(model_folder({**TINY["llama"], "tie_word_embeddings": False})))
+    tied = resolve_model(str(model_folder({**TINY["llama"], "tie_word_embeddings": True}, name="tied")))
+    q = pref.resolve_run("lora_sft", {"load_in_4bits": True}, {})
+    head = "full-precision head (quantized lazily)"
+    arch = untied.architecture
+    assert est.estimate_run(untied, q, "cpu", length=65).peak.parts[head] == arch.vocab_size * arch.hidden_size * est.dtype_bytes(untied)
+    assert head not in est.estimate_run(tied, q, "cpu", length=65).peak.parts
+    plain = est.estimate_run(untied, pref.resolve_run("lora_sft", {}, {}), "cpu", length=65)
+    assert head not in plain.peak.parts and plain.peak.name.startswith("training step: 1 x 65")
+
+
 def test_kv_step_is_mlx_lms():
     from mlx_lm.models.cache import KVCache
 

@@ -29,9 +29,12 @@ trainers do (mlx_lm_lora/trainer/, version 5.10.2):
   hold a KV cache at once, each up to prompt + max_completion_length tokens (the
   cache grows in steps of 256). The scoring step then runs microbatches of B
   completions (_grpo_microbatches, chunk size len(prompts)), each an SFT step of
-  B sequences of bucket_sequence_length(prompt + completion) tokens, plus the
-  reference's forward when beta != 0; the gradients of earlier microbatches are
-  summed and kept. group_size sets the number of microbatches, not their size.
+  B sequences of bucket_sequence_length(prompt + completion) tokens, evaluated
+  before the next; its logits are not mlx's cross-entropy but a float32
+  log-softmax of the completion positions only (grpo_scoring_logits), the
+  reference's forward beside it when beta != 0; the gradients of earlier
+  microbatches are summed and kept. group_size sets the number of microbatches,
+  not their size.
 """
 
 from __future__ import annotations
@@ -140,6 +143,8 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
     ref = reference_bytes(model, run, reference)
     if run.spec.rollout:
         return _grpo(model, run, backend, ref, prompt_length)
+    if run.spec.step_is_mlx_lm:
+        return estimate_lora_sft(model, run, backend, length)
     L = min(length or t.max_seq_length, t.max_seq_length)
     chunked = run.efficient_long_context and L > EFFICIENT_STEP
     step_len = EFFICIENT_STEP if chunked else L
@@ -180,6 +185,33 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
     return PreferenceEstimate(run, backend, (Phase(name, {**resident, **step}),), L, logits_buffers=count)
 
 
+def lazy_head_bytes(model: ModelInfo, run: PreferenceRun) -> int:
+    """mlx_lm_lora/utils.py from_pretrained quantizes with --load-in-Nbits after loading
+    (nn.quantize, lazy): the full-precision weights stay resident until the first step
+    evaluates their quantization, and an untied output head's is still alive at that
+    step's peak. Measured (benchmarks/preference.py, tests/test_preference.py): qwen3
+    of width 384, vocabulary 32k, float32, SFT: +49.7 MB at the first step, the head's
+    50.3 MB; a tied llama of width 512: +0.1 MB (the embedding is evaluated first).
+    Counted for SFT only: an ORPO step on the same qwen3 held 20.8 MB of it, not 50."""
+    t = run.training
+    if not t.quantize or model.quantized or model.architecture.tied_embeddings:
+        return 0
+    return model.architecture.vocab_size * model.architecture.hidden_size * dtype_bytes(model)
+
+
+def estimate_lora_sft(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", length: int | None = None) -> PreferenceEstimate:
+    """mlx-lm-lora's own SFT (sft_trainer.py train_sft): its step is mlx-lm's (default_loss,
+    the whole step under mx.compile, the same batch padding), so it is the SFT estimate."""
+    t = run.training
+    L = min(length or t.max_seq_length, t.max_seq_length)
+    sft = _sft(model, t, backend, L)
+    parts = dict(sft.parts)
+    if lazy_head_bytes(model, run):
+        parts["full-precision head (quantized lazily)"] = lazy_head_bytes(model, run)
+    phase = Phase(f"training step: {t.batch_size} x {L} tokens", parts)
+    return PreferenceEstimate(run, backend, (phase,), L)
+
+
 def _sft(model: ModelInfo, training, backend: str, length: int, logits=lambda f: f, kept_logits: int = 0,
          fused_cross_entropy: bool | None = None, compiled: bool = True) -> Breakdown:
     """detailed.estimate with the logits term changed: `logits` maps the SFT logits
@@ -202,6 +234,20 @@ def _sft(model: ModelInfo, training, backend: str, length: int, logits=lambda f:
     return combine(f, c, training, backend)
 
 
+def grpo_scoring_logits(B: int, T: int, scored: int, V: int, s: int) -> int:
+    """The vocabulary-sized bytes one GRPO microbatch holds per scoring model at its
+    peak (grpo_trainer.py _get_token_logps: the model's B x T x V logits, then the
+    compiled _select_token_logps over the `scored` positions in float32: the masked
+    cast, its max-shift and exp, and the gradient). Measured on the CPU as the slope of
+    the scoring step's peak over the vocabulary (tests/test_preference.py), in
+    B x V units: T x s + 3 x scored x 4 per model in float32, and half a T x s more in
+    a half-precision model (the logits' gradient, cast back and padded to T, is not
+    written in place). The reference's forward, when beta is not 0, holds as many
+    again: the microbatch's graph is evaluated at once, both forwards side by side.
+    Not mlx's cross-entropy, so not the fused one on the GPU."""
+    return B * V * (T * s * (1 if s >= 4 else 1.5) + 3 * scored * 4)
+
+
 def _grpo(model: ModelInfo, run: PreferenceRun, backend: str, ref: int, prompt_length: int | None) -> PreferenceEstimate:
     t, s = run.training, dtype_bytes(model)
     V = model.architecture.vocab_size
@@ -210,13 +256,11 @@ def _grpo(model: ModelInfo, run: PreferenceRun, backend: str, ref: int, prompt_l
     C = run.max_completion_length
     B = t.batch_size
     width = max(2, bucket_sequence_length(P + C))
-    # _get_token_logps: the model's logits over the whole sequence, then
-    # _select_token_logps's log-softmax in float32 over the scored (completion)
-    # positions only; not mlx's cross-entropy, so not the fused one on the GPU.
     T = width - 1
-    scored = min(C + 1, T)
+    scored = max(min(width - P, T), 1)  # grpo_loss: logits[:, start:], start = the prompt's length - 1
+    scoring = grpo_scoring_logits(B, T, scored, V, s)
     sft = _sft(model, replace(t, max_seq_length=max(width, t.max_seq_length)), backend, width,
-               logits=lambda f: f * (1 + scored / T * 4 / s), fused_cross_entropy=False)
+               logits=lambda f: 0, kept_logits=scoring, fused_cross_entropy=False)
     resident = _resident(sft)
     if ref:
         resident["reference copy"] = ref
@@ -227,7 +271,7 @@ def _grpo(model: ModelInfo, run: PreferenceRun, backend: str, ref: int, prompt_l
     }
     step = _step(sft)
     if ref and run.beta != 0:
-        step["reference scoring"] = B * T * V * s + B * scored * V * 4  # its logits, the scored ones in float32
+        step["reference scoring"] = scoring  # the same buffers again, alive beside the policy's
     if run.group_size > 1:
         # The summed gradients of the earlier microbatches.
         _, _, trainable_bytes, _ = counted_totals(model, t)

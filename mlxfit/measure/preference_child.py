@@ -1,5 +1,5 @@
-"""The measuring process for DPO, CPO, ORPO and GRPO: a few real steps of
-mlx-lm-lora's own trainer (train_dpo, train_cpo, train_orpo, train_grpo).
+"""The measuring process for mlx-lm-lora's SFT, DPO, CPO, ORPO and GRPO: a few real
+steps of its own trainer (train_sft, train_dpo, train_cpo, train_orpo, train_grpo).
 
 Random weights as for SFT (mlxfit/measure/build.py), a frozen random reference
 for DPO and GRPO (a second full copy, as mlx_lm_lora/train.py load_reference_model

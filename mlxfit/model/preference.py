@@ -258,7 +258,7 @@ def read_data(data: str, run: PreferenceRun, choice) -> PreferenceData:
     if not rows:
         raise BadInput(f"{file} has no rows")
     t = run.training
-    config = types.SimpleNamespace(train_mode=run.mode, max_seq_length=t.max_seq_length, mask_prompt=False)
+    config = types.SimpleNamespace(train_mode=run.spec.trainer_mode, max_seq_length=t.max_seq_length, mask_prompt=False)
     from .dataset import CharacterTokenizer
 
     tokenizer = CharacterTokenizer() if choice.approximate else choice.tokenizer

@@ -25,6 +25,12 @@ class Mode:
     float32_scores: bool = False  # its scores cast the logits to float32 before the cross-entropy
     counted_on_miniature: bool = False  # its logits buffers are counted on a miniature of the model
     data_kind: str | None = None  # what its --data rows hold
+    step_is_mlx_lm: bool = False  # its step is mlx-lm's SFT step (sized as one), run by another trainer
+
+    @property
+    def trainer_mode(self) -> str:
+        """Its name to its trainer (mlx_lm_lora.train's --train-mode)."""
+        return self.name
 
     @property
     def command(self) -> str:
