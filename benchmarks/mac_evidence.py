@@ -321,7 +321,7 @@ def band(ratios: list[float], lo_tail: float, hi_tail: float, cpu_lo: float, cpu
     spread where it is measured; most Mac runs bound their length loosely and score 1)."""
     low = min(cpu_lo, quantile(ratios, lo_tail))
     # Never a narrower side for underestimates than for overestimates: a miss under is the one that
-    # ends in swap or an out-of-memory crash, and on runs never seen (issue 33's 45) most misses were under.
+    # ends in swap or an out-of-memory crash, and on runs never seen (45 public runs collected outside the project) most misses were under.
     return low, max(cpu_hi, quantile(ratios, 1 - hi_tail), 2.0 - low)
 
 
