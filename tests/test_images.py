@@ -9,7 +9,14 @@ import os
 import pytest
 
 from mlxfit.errors import BadInput
-from mlxfit.model.images import ImageGrid, image_rules, parse_image_size, stand_in_images
+from mlxfit.model.images import (
+    ImageGrid,
+    image_rules,
+    parse_image_size,
+    shipped_image_facts,
+    shipped_image_rules,
+    stand_in_images,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Qwen processors look on the Hub for files a folder lacks
 pytest.importorskip("mlx_vlm")
@@ -267,3 +274,51 @@ def test_stand_in_images():
     assert stand_in_images(qwen, images=0).tokens == 0
     with pytest.raises(BadInput):
         stand_in_images(qwen, images=-1)
+
+
+SHIPPED = {  # id: tokens of an 896 x 672 photo
+    "Qwen/Qwen2.5-VL-3B-Instruct": 768, "Qwen/Qwen2.5-VL-7B-Instruct": 768,  # 896 x 672 / 28²
+    "Qwen/Qwen3-VL-2B-Instruct": 588, "Qwen/Qwen3-VL-4B-Instruct": 588, "Qwen/Qwen3-VL-8B-Instruct": 588,  # (896 x 672) / 32²
+    "google/gemma-3-4b-it": 256,
+    "HuggingFaceTB/SmolVLM-256M-Instruct": 64 * 13, "HuggingFaceTB/SmolVLM-500M-Instruct": 64 * 13,  # 2048 x 1536: 4 x 3 tiles + global
+    "HuggingFaceTB/SmolVLM-Instruct": 81 * 13,  # 1536 x 1152: 4 x 3 tiles + global
+    "google/paligemma2-3b-pt-224": 256, "google/paligemma2-3b-pt-448": 1024,
+    "llava-hf/llava-1.5-7b-hf": 576,
+}
+
+
+def test_shipped_processor_facts():
+    """Every shipped entry names its sources and gives the count its family's rule gives."""
+    facts = shipped_image_facts()
+    assert {f["id"] for f in facts.values()} == set(SHIPPED)
+    for model_id, tokens in SHIPPED.items():
+        entry = facts[model_id.lower()]
+        assert all(url.startswith(f"https://huggingface.co/{model_id}/") for url in entry["source"])
+        assert shipped_image_rules(model_id).grid(896, 672).tokens == tokens, model_id
+    assert shipped_image_rules("meta-llama/Llama-3.2-1B-Instruct") is None
+
+
+@pytest.mark.parametrize("model_id", ["Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "google/gemma-3-4b-it",
+                                      "HuggingFaceTB/SmolVLM-256M-Instruct", "google/paligemma2-3b-pt-448", "llava-hf/llava-1.5-7b-hf"])
+def test_shipped_facts_load_into_mlx_vlms_processor(tmp_path, model_id):
+    """The shipped facts, written as a checkpoint's files, make mlx-vlm's processor count what mlxfit counts."""
+    import importlib
+
+    entry = shipped_image_facts()[model_id.lower()]
+    model_type = entry["config"]["model_type"]
+    processor_file = {**entry.get("processor", {}), "processor_class": entry["preprocessor"]["processor_class"]}
+    folder = _folder(tmp_path, entry["config"], entry["preprocessor"], processor_file if "processor" in entry else None)
+    module, cls = {
+        "qwen2_5_vl": ("qwen2_5_vl.processing_qwen2_5_vl", "Qwen2_5_VLProcessor"),
+        "qwen3_vl": ("qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor"),
+        "gemma3": ("gemma3.processing_gemma3", "Gemma3Processor"),
+        "idefics3": ("idefics3.processing_idefics3", "Idefics3Processor"),
+        "paligemma": ("paligemma.processing_paligemma", "PaliGemmaProcessor"),
+        "llava": ("llava.processing_llava", "LlavaProcessor"),
+    }[model_type]
+    processor = getattr(importlib.import_module(f"mlx_vlm.models.{module}"), cls).from_pretrained(str(folder))
+    marker, token = {"qwen2_5_vl": ("<|image_pad|>",) * 2, "qwen3_vl": ("<|image_pad|>",) * 2,
+                     "gemma3": ("<start_of_image>", "<image_soft_token>")}.get(model_type, ("<image>", "<image>"))
+    rules = shipped_image_rules(model_id)
+    for width, height in [(896, 672), (250, 891)]:
+        assert _counted(processor, marker, token, width, height)[0] == rules.grid(width, height).tokens

@@ -229,6 +229,23 @@ def _tile_rules(model_type: str, config: dict, vision: dict, image: dict, own: d
     )
 
 
+def shipped_image_facts() -> dict[str, dict]:
+    """Lower-cased Hugging Face id -> the shipped entry of data/image_processors.json."""
+    import json
+
+    from .. import data_text
+
+    return {m["id"].lower(): m for m in json.loads(data_text("image_processors.json"))["models"]}
+
+
+def shipped_image_rules(model_id: str) -> Rules | None:
+    """The image rule of a VLM whose processor facts mlxfit ships, offline; None if not shipped."""
+    entry = shipped_image_facts().get(model_id.lower())
+    if entry is None:
+        return None
+    return image_rules(entry["config"], {**entry["preprocessor"], "processor": entry.get("processor", {})})
+
+
 def parse_image_size(text: str) -> tuple[int, int]:
     """"896x672" -> (896, 672): width by height, in pixels."""
     match = re.fullmatch(r"\s*(\d+)\s*[x×X]\s*(\d+)\s*", text or "")
