@@ -11,7 +11,7 @@ from mlxfit.estimate.plan import METHODS, TABLE_SIZES_B, fits_table, make_plan
 from mlxfit.estimate.verdict import Verdict, judge, measured_range
 from mlxfit.machine import build_machine
 from mlxfit.units import parse_bytes
-from conftest import LINUX_CPU
+from conftest import LINUX_CPU, MAC_36GB
 
 MEMORIES = ("8GB", "16GB", "18GB", "24GB", "32GB", "36GiB", "48GB", "64GB", "128GB")
 
@@ -32,16 +32,18 @@ def test_the_judge():
     assert judge(*measured_range(101), 100) is Verdict.DOES_NOT_FIT
 
 
-def test_fits_and_probe_agree_on_every_cell():
-    """9 memory sizes x the table's sizes x 3 methods: each cell of fits says what probe
+@pytest.mark.parametrize("readings", [LINUX_CPU, MAC_36GB], ids=["cpu", "metal"])
+def test_fits_and_probe_agree_on_every_cell(readings):
+    """9 memory sizes x the table's sizes x 3 methods, on the CPU and on Metal (whose range
+    also spans what no Mac run has verified): each cell of fits says what probe
     says of the catalog model it names, at the same settings on the same machine. A
     probe row's figures do not depend on the budget, so each model is planned once (on
     a machine where it fits, with no remedies to search) and its rows are judged
     against each budget as probe's would be."""
-    tables = {m: fits_table(build_machine(LINUX_CPU, memory=parse_bytes(m))) for m in MEMORIES}
+    tables = {m: fits_table(build_machine(readings, memory=parse_bytes(m))) for m in MEMORIES}
     first = tables[MEMORIES[0]]
     assert [size for size, _ in first.references] == list(TABLE_SIZES_B)  # every cell on the detailed basis
-    roomy = build_machine(LINUX_CPU, memory=10**15)
+    roomy = build_machine(readings, memory=10**15)
     rows = {}
     for size, ref in first.references:
         plan = make_plan(roomy, ref.model, ref.training, backend=ref.backend)

@@ -146,6 +146,7 @@ class Reference:
     training: TrainingConfig
     backend: str
     estimates: dict  # method -> predicted peak bytes
+    breakdowns: dict = field(default_factory=dict)  # method -> its Breakdown (what its range spans)
 
     def to_dict(self) -> dict:
         return {
@@ -197,9 +198,9 @@ def reference_for(params: int, training: TrainingConfig, backend: str) -> Refere
         return None
     if training.num_layers != -1 and training.num_layers > model.architecture.num_layers:
         training = replace(training, num_layers=-1)
-    return Reference(model, training, backend, {
-        m: predict(model, training_for(m, training), backend)[0] for m in METHODS
-    })
+    predicted = {m: predict(model, training_for(m, training), backend) for m in METHODS}
+    return Reference(model, training, backend, {m: p[0] for m, p in predicted.items()},
+                     {m: p[1] for m, p in predicted.items()})
 
 
 @dataclass(frozen=True)
@@ -332,7 +333,8 @@ class FitsTable:
         if ref is not None:
             need = ref.estimates[method]
             return {"basis": "detailed", "model": ref.model.id, "bytes": need,
-                    "verdict": judged(need, training_for(method, ref.training), ref.backend, usable)}
+                    "verdict": judged(need, training_for(method, ref.training), ref.backend, usable,
+                                      ref.breakdowns.get(method))}
         rule = next(e for e in dict(self.rows)[size] if e.method == method)
         return {"basis": "rule", "model": None, "bytes": rule.rule_bytes, "verdict": rule.verdict}
 
