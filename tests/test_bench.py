@@ -628,3 +628,20 @@ def test_without_a_terminal_each_finished_row_is_one_line_written_at_once(platfo
     assert "[2/2]" not in "".join(chunks[: first + 1])  # written before the second run finished
     rows = [line for line in "".join(chunks).splitlines() if line.startswith("  [")]
     assert len(rows) == 2 and all(line.endswith("fits") for line in rows), rows  # one line each, unwrapped
+
+
+def test_an_estimated_row_is_judged_on_probes_range_with_what_it_spans():
+    """On Metal the range spans the fused cross-entropy and its absence (estimate/unverified.py):
+    bench's estimated rows and its --max search judge that range, as probe does."""
+    from mlxfit.estimate.plan import predict
+    from mlxfit.estimate.sizing import run_range
+    from mlxfit.measure.bench.sweep import plan_sweep
+    from mlxfit.model.resolve import resolve_model
+    from mlxfit.model.training import TrainingConfig
+
+    model = resolve_model("Qwen/Qwen3-1.7B")
+    training = TrainingConfig(batch_size=4, max_seq_length=2048)
+    need, breakdown = predict(model, training, "metal")
+    (planned,) = plan_sweep(model, [training], 10**12, "metal", measure_runs=False)
+    assert planned.predicted_range_bytes == run_range(need, training, "metal", breakdown)
+    assert planned.predicted_range_bytes[1] > run_range(need, training, "metal")[1]  # the span widens it

@@ -306,6 +306,8 @@ def row_verdict(row: Row) -> Text:
     if row.status == ESTIMATED:  # an estimate's verdict respects its range (mlxfit/estimate/uncertainty.py)
         if is_preference(row):  # its mode's range
             verdict = judge(*row.predicted_range_bytes, row.usable_bytes)
+        elif row.estimate_range_bytes:  # the range the sweep made, as probe's (what it spans included)
+            verdict = judge(*row.estimate_range_bytes, row.usable_bytes)
         else:
             verdict = judged(row.predicted_bytes, row.training, row.backend, row.usable_bytes)
         return verdict_text(verdict, " (estimate)")

@@ -76,6 +76,7 @@ class Row:
     wall_seconds: float | None = None  # the whole measurement: start, build, steps
     measured_by: str | None = None  # "full", or "slice": over what this machine can hold (mlxfit/measure/slicing.py)
     reason: str = ""
+    estimate_range_bytes: tuple[int, int] | None = None  # probe's range of the estimate (not a CSV column)
 
     @property
     def key(self) -> tuple:

@@ -147,19 +147,20 @@ def find_max(
     def with_value(v: int) -> TrainingConfig:
         return replace(training, **{setting: v})
 
-    cache: dict[int, int] = {}
+    cache: dict[int, tuple] = {}
 
     def predicted(v: int) -> int:
         if v not in cache:
-            cache[v] = predict(model, with_value(v), backend, calibration)[0]
-        return cache[v]
+            cache[v] = predict(model, with_value(v), backend, calibration)
+        return cache[v][0]
 
     context = hard_context(model) if setting == "max_seq_length" else None  # probe refuses a longer one
     start = largest(lambda v: (context is None or v <= context) and predicted(v) <= target, unit)
     result = MaxResult(
         setting, training, backend, usable_bytes, margin, target, start,
         predicted(start) if start else None, start, measured=False,
-        estimate_verdict=judged(predicted(start), with_value(start), backend, usable_bytes) if start else None,
+        estimate_verdict=judged(cache[start][0], with_value(start), backend, usable_bytes, cache[start][1])
+        if start else None,
     )
     if not measure_runs or start is None:
         return result

@@ -10,6 +10,7 @@ from typing import Callable, Iterator
 
 from ...errors import BadInput
 from ...estimate.plan import predict, training_for
+from ...estimate.sizing import run_range
 from ...model.resolve import ModelInfo
 from ...model.runconfig import check_against_model
 from ...model.training import FINE_TUNE_TYPES, TrainingConfig
@@ -91,6 +92,7 @@ class Planned:
     predicted_bytes: int  # with this machine's calibration, if any
     raw_predicted_bytes: int  # without: what a stored calibration measurement compares against
     action: str  # "measure" | "skip" | "estimate"
+    predicted_range_bytes: tuple[int, int] | None = None  # probe's range of it (what its verdict judges)
 
 
 def plan_sweep(
@@ -105,7 +107,7 @@ def plan_sweep(
     """Every combination with its prediction and what to do with it, by increasing prediction."""
     planned = []
     for training in trainings:
-        predicted, _ = predict(model, training, backend, calibration)
+        predicted, breakdown = predict(model, training, backend, calibration)
         raw = predict(model, training, backend)[0] if calibration is not None else predicted
         if not measure_runs:
             action = "estimate"
@@ -113,7 +115,7 @@ def plan_sweep(
             action = "skip"
         else:
             action = "measure"
-        planned.append(Planned(training, predicted, raw, action))
+        planned.append(Planned(training, predicted, raw, action, run_range(predicted, training, backend, breakdown)))
     return sorted(planned, key=lambda p: p.predicted_bytes)
 
 
@@ -186,7 +188,8 @@ def run_sweep(
                 f"predicted {format_size(p.predicted_bytes)} exceeds the {format_size(usable_bytes)} budget"
                 if status == SKIPPED else ""
             )
-            return Row(model.id, p.training, status, backend, p.predicted_bytes, usable_bytes, reason=reason)
+            return Row(model.id, p.training, status, backend, p.predicted_bytes, usable_bytes, reason=reason,
+                       estimate_range_bytes=p.predicted_range_bytes)
         tic = time.monotonic()
         by_slice = slice_needed(p.predicted_bytes, local_usable_bytes, force)
         m, failure = measure_once(model, p.training, steps, timeout, on_event, by_slice)
