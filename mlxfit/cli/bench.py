@@ -21,6 +21,7 @@ from .options import (
     local_calibration,
     local_usable_bytes,
     machine_options,
+    miniatures,
     print_json,
 )
 
@@ -339,9 +340,10 @@ def plan_preference(pref_lib, model, runs, machine, reserve, backend: str, measu
     from ..render.measurement import measure_progress
 
     shapes = pref_lib.miniature_shapes(model, runs)
-    if uncounted(shapes):
+    allowed = miniatures()
+    if uncounted(shapes, miniatures=allowed):
         with measure_progress(quiet) as on_event:
-            logits_buffers_many(shapes, on_event)
+            logits_buffers_many(shapes, on_event, miniatures=allowed)
 
     reference = answer_preference.reference_model(runs[0])  # one --reference-model-path for every run
 
@@ -350,4 +352,5 @@ def plan_preference(pref_lib, model, runs, machine, reserve, backend: str, measu
             est, model, run, estimate, backend, machine, reserve, None, reference, run.prompt_length,
             then="so it is skipped, even with --force")
 
-    return pref_lib.plan(model, runs, machine.usable_bytes, backend, measuring, force, reference, refuse)
+    return pref_lib.plan(model, runs, machine.usable_bytes, backend, measuring, force, reference, refuse,
+                         miniatures=allowed)

@@ -133,11 +133,15 @@ def kv_cache_bytes(model: ModelInfo, sequences: int, tokens: int) -> int:
 
 def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", length: int | None = None,
                  reference: ModelInfo | None = None, prompt_length: int | None = None,
-                 count_new: bool = True, counted: float | None = None) -> PreferenceEstimate:
+                 count_new: bool = True, counted: float | None = None, *,
+                 miniatures: bool = False) -> PreferenceEstimate:
     """`length`: the widest batch (DPO/CPO/ORPO: padded chosen/rejected width) from
     --data, else max_seq_length. GRPO: `prompt_length` the longest prompt.
-    `count_new` False: no miniature is run, a count is used only if already known.
-    `counted`: the logits buffers as a miniature counted them before (benchmarks)."""
+    `miniatures`: whether the logits buffers may be counted on a miniature of the model
+    (mlxfit/measure/miniature.py: shipped, remembered, or counted in a child process);
+    False, the fitted count and no child. `count_new` False: no miniature is run, a count
+    is used only if already known. `counted`: the logits buffers as a miniature counted
+    them before (benchmarks)."""
     t, s = run.training, dtype_bytes(model)
     V = model.architecture.vocab_size
     ref = reference_bytes(model, run, reference)
@@ -150,7 +154,7 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
     step_len = EFFICIENT_STEP if chunked else L
     B = t.batch_size
     T = max(step_len - 1, 1)
-    count = counted if counted is not None else logits_buffers(model, run, L, count_new)
+    count = counted if counted is not None else logits_buffers(model, run, L, count_new, miniatures=miniatures)
     if count is not None:
         # Counted on a miniature of the model (mlxfit/measure/miniature.py): every
         # B x T x V buffer the step holds at its loss, the reference's included.
@@ -336,19 +340,20 @@ def shapes(model: ModelInfo, run: PreferenceRun, length: int | None, prompt_leng
 
 
 def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length: int | None = None,
-         reference: ModelInfo | None = None, prompt_length: int | None = None) -> dict:
+         reference: ModelInfo | None = None, prompt_length: int | None = None, *, miniatures: bool = False) -> dict:
     """Single changes with their new peaks, and, when none fits alone, the fewest
-    of them (chosen greedily, the largest saving first) that fit together."""
+    of them (chosen greedily, the largest saving first) that fit together.
+    `miniatures`: as for estimate_run."""
 
     def estimated(r, ref, count_new=True):
-        return estimate_run(model, r, backend, length, ref, prompt_length, count_new)
+        return estimate_run(model, r, backend, length, ref, prompt_length, count_new, miniatures=miniatures)
 
     def apply(r, ref, change):
         if change == "ref4":
             return r, _quantized_reference(model)
         return change, ref
 
-    logits_buffers_many(shapes(model, run, length, prompt_length))
+    logits_buffers_many(shapes(model, run, length, prompt_length), miniatures=miniatures)
     base_estimate = estimated(run, reference)
     base = base_estimate.peak_bytes
     singles = []
