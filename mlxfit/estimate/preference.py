@@ -149,7 +149,7 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
         return _grpo(model, run, backend, ref, prompt_length)
     if run.spec.step_is_mlx_lm:
         return estimate_lora_sft(model, run, backend, length)
-    L = min(length or t.max_seq_length, t.max_seq_length)
+    L = t.batch_width(length)
     chunked = run.efficient_long_context and L > EFFICIENT_STEP
     step_len = EFFICIENT_STEP if chunked else L
     B = t.batch_size
@@ -207,7 +207,7 @@ def estimate_lora_sft(model: ModelInfo, run: PreferenceRun, backend: str = "cpu"
     """mlx-lm-lora's own SFT (sft_trainer.py train_sft): its step is mlx-lm's (default_loss,
     the whole step under mx.compile, the same batch padding), so it is the SFT estimate."""
     t = run.training
-    L = min(length or t.max_seq_length, t.max_seq_length)
+    L = t.batch_width(length)
     sft = _sft(model, t, backend, L)
     parts = dict(sft.parts)
     if lazy_head_bytes(model, run):
@@ -307,7 +307,7 @@ def _variants(model: ModelInfo, run: PreferenceRun, length: int | None, prompt_l
     """(flags, cost, changed run, reference model or None, length) for each knob that
     lowers the peak: the mode's own first, then the SFT ones."""
     t = run.training
-    L = min(length or t.max_seq_length, t.max_seq_length)
+    L = t.batch_width(length)
     out = run.spec.own_changes(model, run)  # the mode's own first (mlxfit/modes/), its reference's among them
     if not t.grad_checkpoint:
         out.append(("--grad-checkpoint", "recomputes each block in the backward pass (slower)", replace(run, training=replace(t, grad_checkpoint=True))))
@@ -334,7 +334,7 @@ def _variants(model: ModelInfo, run: PreferenceRun, length: int | None, prompt_l
 def shapes(model: ModelInfo, run: PreferenceRun, length: int | None, prompt_length: int | None) -> list:
     """(model, run, length) of the run and of each single change: the miniatures
     (mlxfit/measure/miniature.py) that estimate_run and plan use, to count in one process."""
-    L = min(length or run.training.max_seq_length, run.training.max_seq_length)
+    L = run.training.batch_width(length)
     changed = [change for _, _, change in _variants(model, run, length, prompt_length) if change != "ref4"]
     return [(model, r, L) for r in [run, *changed]]
 
