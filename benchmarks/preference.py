@@ -213,13 +213,13 @@ def one(name, mode, n, flags, tmp: Path) -> dict:
     model = resolve_model(str(model_dir))
     width = read_data(str(tmp / "data"), run, load_tokenizer(model)).widest
     if mode == "grpo":
-        e = estimate_run(model, run, "cpu", prompt_length=width)
+        e = estimate_run(model, run, "cpu", prompt_length=width, miniatures=True)
         m = measure(model, run, e.length, prompt_length=width, steps=3, timeout=900)
     elif mode == "lora_sft":
-        e = estimate_run(model, run, "cpu", length=width)
+        e = estimate_run(model, run, "cpu", length=width, miniatures=True)
         m = measure(model, run, width, steps=3, timeout=900)
     else:
-        e = estimate_run(model, run, "cpu", length=width)
+        e = estimate_run(model, run, "cpu", length=width, miniatures=True)
         m = measure(model, run, width, steps=3, timeout=900)
     real = real_run(model_dir, tmp / "data", mode, run, tmp)
     return {"config": name, "mode": mode, "width": width, "flags": flags, "estimate": e.peak_bytes,
@@ -346,8 +346,8 @@ def mac() -> list[str]:
         model = _from_config(config_id, "catalog", config)
         run = resolve_run(mode, dict(flags), {})
         shortest, longest = width if isinstance(width, tuple) else (width, width)
-        ends = [estimate_run(model, run, "metal", prompt_length=w) if mode == "grpo" else estimate_run(model, run, "metal", length=w)
-                for w in (shortest, longest)]
+        ends = [estimate_run(model, run, "metal", prompt_length=w, miniatures=True) if mode == "grpo"
+                else estimate_run(model, run, "metal", length=w, miniatures=True) for w in (shortest, longest)]
         p_lo, p_hi = ends[0].peak_bytes / 1e9, ends[1].peak_bytes / 1e9
         low, high = ends[0].range_bytes[0] / 1e9, ends[1].range_bytes[1] / 1e9
         # Zero error when the logged peak lies between the predictions at the row's bounds (as mac_evidence.py scores).
@@ -437,7 +437,7 @@ completion; 0.9.10's rollout), so they say little about 5.10.2; they do say that
 peak has varied by version by more than the range here."""
 
 
-def estimate_for(name, mode, width, flags, folder: Path, counted: float | None = None):
+def estimate_for(name, mode, width, flags, folder: Path, counted: float | None = None, miniatures: bool = False):
     from mlxfit.estimate.preference import estimate_run
     from mlxfit.model.preference import resolve_run
     from mlxfit.model.resolve import resolve_model
@@ -445,26 +445,19 @@ def estimate_for(name, mode, width, flags, folder: Path, counted: float | None =
     model = resolve_model(str(folder))
     run = resolve_run(mode, dict(flags), {})
     if mode == "grpo":
-        return estimate_run(model, run, "cpu", prompt_length=width)
-    return estimate_run(model, run, "cpu", length=width, counted=counted)
+        return estimate_run(model, run, "cpu", prompt_length=width, miniatures=miniatures)
+    return estimate_run(model, run, "cpu", length=width, counted=counted, miniatures=miniatures)
 
 
 def rescore(r: dict, recount: bool = False) -> dict:
     """Both estimates of a recorded run: with its logits buffers counted on miniatures
     (recorded in the row as "logits_buffers"; `recount`: counted again) and with the
     fitted count. GRPO has one estimate."""
-    import os
-    from unittest.mock import patch
-
-    from mlxfit.measure.miniature import OFF
-
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps({**CONFIGS[r["config"]], **r.get("config_overrides", {})}))
         counted = None if recount else r.get("logits_buffers")
-        with patch.dict(os.environ, {OFF: "1" if recount else "0"}):
-            e = estimate_for(r["config"], r["mode"], r["width"], r["flags"], Path(tmp), counted)
-        with patch.dict(os.environ, {OFF: "0"}):
-            fitted = estimate_for(r["config"], r["mode"], r["width"], r["flags"], Path(tmp))
+        e = estimate_for(r["config"], r["mode"], r["width"], r["flags"], Path(tmp), counted, miniatures=recount)
+        fitted = estimate_for(r["config"], r["mode"], r["width"], r["flags"], Path(tmp))
     out = {**r, "estimate": e.peak_bytes, "estimate_fitted": fitted.peak_bytes, "phase": e.peak.name}
     if e.logits_buffers is not None:
         out["logits_buffers"] = e.logits_buffers
@@ -491,20 +484,17 @@ DEPTHS_AT = (2, 3, 4, 6, 8, 10, 12, 16, 24, 32)
 
 def count_depths() -> None:
     """The miniature's count for llama-tied-8k at other depths, into DEPTHS_FILE."""
-    import os
-
-    from mlxfit.measure.miniature import OFF, logits_buffers_many
+    from mlxfit.measure.miniature import logits_buffers_many
     from mlxfit.model.preference import resolve_run
     from mlxfit.model.resolve import _from_config
 
-    os.environ[OFF] = "1"
     items, keys = [], []
     for n in DEPTHS_AT:
         model = _from_config(f"llama-tied-8k, {n} blocks", "local", {**CONFIGS[L8], "num_hidden_layers": n})
         for mode in ("dpo", "cpo", "orpo"):
             items.append((model, resolve_run(mode, {}, {}), 144))
             keys.append((n, mode))
-    counts = logits_buffers_many(items)
+    counts = logits_buffers_many(items, miniatures=True)
     table = {}
     for (n, mode), c in zip(keys, counts):
         table.setdefault(str(n), {})[mode] = c

@@ -73,12 +73,14 @@ def _remedy(change) -> dict:
 
 def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machine, backend, do_measure, timeout, steps,
           progress, reserve=None, *, skip_bad_lines=False, trust_remote_code=False, hostfile=None, by_slice=False,
-          force=False, chip=None, iters=None) -> PreferenceAnswer:
+          force=False, chip=None, iters=None, miniatures=False) -> PreferenceAnswer:
     """A DPO, CPO, ORPO or GRPO run, answered: mlx-lm-lora's settings resolved, checked
     as every run is (mlxfit.answer.checked_run), the estimate phase by phase, the plans
     and, with `do_measure`, the measurement, judged against this machine (`reserve` as
     given) whatever `machine` plans for; `force` measures even past this machine's budget.
-    `progress`: as for mlxfit.answer.probe (Silent shows nothing)."""
+    `progress`: as for mlxfit.answer.probe (Silent shows nothing); `miniatures`: whether
+    the logits buffers may be counted on miniatures of the model (a child process the
+    first time a shape is met), else the fitted count."""
     from dataclasses import replace
 
     from .answer import checked_run
@@ -132,12 +134,12 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
         run = replace(run, prompt_length=prompt_length)
     backend = backend or machine.backend
     counted = est.shapes(model, run, length, prompt_length)
-    if uncounted(counted):  # tens of seconds of miniatures for a shape not shipped, shown as a measurement
+    if uncounted(counted, miniatures=miniatures):  # tens of seconds of miniatures for a shape not shipped, shown as a measurement
         with progress.measurement() as on_event:
-            logits_buffers_many(counted, on_event)
-    estimate = est.estimate_run(model, run, backend, length, reference, prompt_length)
+            logits_buffers_many(counted, on_event, miniatures=miniatures)
+    estimate = est.estimate_run(model, run, backend, length, reference, prompt_length, miniatures=miniatures)
     usable = machine.usable_bytes
-    plans = est.plan(model, run, usable, backend, length, reference, prompt_length)
+    plans = est.plan(model, run, usable, backend, length, reference, prompt_length, miniatures=miniatures)
     measured = None
     if do_measure:
         if not force:
@@ -186,7 +188,8 @@ def refuse_what_would_not_fit_here(est, model, run, estimate, backend, machine, 
 
     here = get_machine(None, None, reserve) if machine.hypothetical else machine
     need = (estimate if here.backend == backend else
-            est.estimate_run(model, run, here.backend, length, reference, prompt_length)).peak_bytes
+            est.estimate_run(model, run, here.backend, length, reference, prompt_length,
+                             counted=estimate.logits_buffers)).peak_bytes
     usable = local_usable_bytes(machine, reserve)
     if need > usable:
         planned = (f" (the plan's {format_size(machine.usable_bytes)} is for another machine)"

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 
 def estimate_run(model, *, method: str | None = None, backend: str = "cpu", train_mode: str | None = None, length=None,
-             **training):
+                 miniatures: bool = False, **training):
     """The detailed estimate of one run: for mlx-lm's SFT a Breakdown (`peak_bytes`,
     `parts` in bytes), for a DPO, CPO, ORPO or GRPO run the PreferenceEstimate of its
     phases. `model`: a catalog id, a folder or a config.json, as `--model`; `length`:
-    the widest batch in tokens where not `max_seq_length`."""
+    the widest batch in tokens where not `max_seq_length`; `miniatures`: whether DPO, CPO
+    and ORPO may count their logits buffers on miniatures of the model (shipped counts,
+    remembered ones, else a child process of tens of seconds), else the fitted count."""
     from .estimate.sizing import predict
     from .model.resolve import resolve_model
 
@@ -35,7 +37,7 @@ def estimate_run(model, *, method: str | None = None, backend: str = "cpu", trai
         from .model.preference import resolve_run
 
         run = resolve_run(_mode(train_mode), _preference_flags(training), {})
-        return estimate_run(info, run, backend, length)
+        return estimate_run(info, run, backend, length, miniatures=miniatures)
     _, breakdown = predict(info, _training(training, method), backend, length=length)
     return breakdown
 
@@ -58,13 +60,15 @@ def plan(model, *, method: str | None = None, memory=None, gpu_memory=None, rese
 
 def probe(model=None, *, config=None, data=None, method=None, train_mode=None, memory=None, gpu_memory=None,
           reserve=None, backend=None, hostfile=None, skip_bad_lines=False, trust_remote_code=False, measure=False,
-          by_slice=False, force=False, timeout=900, steps=6, progress=None, chip=None, iters=None, **settings):
+          by_slice=False, force=False, timeout=900, steps=6, progress=None, chip=None, iters=None, miniatures=False,
+          **settings):
     """probe's answer, as the command line gives it: `.to_dict()` is what `probe --json`
     prints. `settings`: mlx-lm's training settings, and with `train_mode` (dpo, cpo,
     orpo, grpo, or from the YAML `config`) mlx-lm-lora's; `measure` trains a few steps
     here. `progress`: what a measurement shows while it runs (None: nothing). `chip`: the
     Apple chip to time the run on (as `--chip`); `iters`: the run's iterations (mlx-lm's, or
-    mlx-lm-lora's)."""
+    mlx-lm-lora's); `miniatures`: as for estimate_run (the command line passes True unless
+    MLXFIT_MINIATURES=0)."""
     from pathlib import Path
 
     from .answer import Silent, get_machine
@@ -89,7 +93,8 @@ def probe(model=None, *, config=None, data=None, method=None, train_mode=None, m
     return preference_probe(model, config, data, settings, {**pref, "train_mode": mode},
                             get_machine(memory, gpu_memory, reserve), backend, measure, timeout, steps, progress,
                             reserve, skip_bad_lines=skip_bad_lines, trust_remote_code=trust_remote_code,
-                            hostfile=hostfile, by_slice=by_slice, force=force, chip=chip, iters=iters)
+                            hostfile=hostfile, by_slice=by_slice, force=force, chip=chip, iters=iters,
+                            miniatures=miniatures)
 
 
 def _size(value):

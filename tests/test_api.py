@@ -73,3 +73,34 @@ def test_import_mlxfit_imports_no_estimate():
     code = "import sys, mlxfit; print(sorted(m for m in sys.modules if m.startswith('mlxfit.')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# Where mlxfit outside its command line (mlxfit/cli/) reads or sets the environment, and why:
+# anything else is the caller's to pass.
+ENVIRONMENT_READERS = {
+    "cache.py",  # where mlxfit keeps what it remembers: MLXFIT_CACHE_DIR, else XDG_CACHE_HOME
+    "measure/lifeline.py",  # the measuring child finds its parent's temporary folder in its environment
+    "measure/parent.py",  # the measuring child's environment: the parent's, with the child's folder added
+    "model/transformers_notices.py",  # transformers' notices kept off the output (setdefault, a user's value kept)
+}
+
+
+def test_the_environment_is_read_only_in_the_command_line_and_where_listed():
+    """An estimate is told what to use (`miniatures=` for MLXFIT_MINIATURES, read in
+    mlxfit/cli/options.py), never reads a switch deep inside."""
+    import ast
+
+    package = Path(mlxfit.__file__).parent
+    readers = set()
+    for path in package.rglob("*.py"):
+        relative = path.relative_to(package).as_posix()
+        if relative.startswith("cli/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            reads = (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os"
+                     and node.attr in ("environ", "environb", "getenv", "putenv", "unsetenv"))
+            imports = (isinstance(node, ast.ImportFrom) and node.module == "os"
+                       and any(a.name in ("environ", "environb", "getenv") for a in node.names))
+            if reads or imports:
+                readers.add(relative)
+    assert readers == set(ENVIRONMENT_READERS)

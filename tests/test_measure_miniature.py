@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from mlxfit.estimate import preference as est
+from mlxfit.cli.options import MINIATURES
 from mlxfit.measure import miniature, shipped_counts
 from mlxfit.model import preference as pref
 from mlxfit.model.resolve import _from_config, resolve_model
@@ -31,7 +32,8 @@ def nothing_shipped(monkeypatch):
 
 @pytest.fixture
 def miniatures_on(monkeypatch):
-    monkeypatch.setenv(miniature.OFF, "1")
+    """Miniatures allowed on the command line (the calls below pass miniatures=True)."""
+    monkeypatch.setenv(MINIATURES, "1")
     monkeypatch.setattr(miniature, "_remembered", {})
 
 
@@ -82,14 +84,14 @@ def _measured_count(config: dict, run, length: int) -> float:
 def test_the_miniature_counts_what_the_full_size_step_holds(miniatures_on, monkeypatch):
     model = _from_config("llama", "local", LLAMA)
     dpo, cpo = pref.resolve_run("dpo", {}, {}), pref.resolve_run("cpo", {}, {})
-    counts = miniature.logits_buffers_many([(model, dpo, 144), (model, cpo, 144)])
+    counts = miniature.logits_buffers_many([(model, dpo, 144), (model, cpo, 144)], miniatures=True)
     assert counts[0] == pytest.approx(_measured_count(LLAMA, dpo, 144), abs=0.25)
     assert counts == [pytest.approx(9.5, abs=0.1), pytest.approx(5.0, abs=0.1)]
 
     # Remembered on disk: no miniature runs again, in this process or another.
     monkeypatch.setattr(miniature, "_remembered", {})
     monkeypatch.setattr(miniature, "_count", lambda todo, on_event: pytest.fail("counted again"))
-    assert miniature.logits_buffers(model, dpo, 144) == counts[0]
+    assert miniature.logits_buffers(model, dpo, 144, miniatures=True) == counts[0]
     stored = json.loads((miniature.cache_dir() / "miniature_counts.json").read_text())
     assert sorted(stored.values()) == sorted(counts)
 
@@ -103,20 +105,21 @@ def test_a_failed_miniature_leaves_the_fitted_count(miniatures_on, monkeypatch):
 
     monkeypatch.setattr(parent, "run_child", fail)
     model = resolve_model("Qwen/Qwen3-0.6B")
-    e = est.estimate_run(model, pref.resolve_run("dpo", {}, {}), "cpu")
+    e = est.estimate_run(model, pref.resolve_run("dpo", {}, {}), "cpu", miniatures=True)
     assert e.logits_buffers is None
-    monkeypatch.setenv(miniature.OFF, "0")
     assert est.estimate_run(model, pref.resolve_run("dpo", {}, {}), "cpu").peak_bytes == e.peak_bytes
 
 
 def test_no_miniature_without_the_switch_or_for_grpo_and_chunked_runs(monkeypatch):
     monkeypatch.setattr(miniature, "_count", lambda todo, on_event: pytest.fail("a miniature ran"))
     model = resolve_model("Qwen/Qwen3-0.6B")
-    assert miniature.logits_buffers(model, pref.resolve_run("dpo", {}, {}), 512) is None  # MLXFIT_MINIATURES=0
-    monkeypatch.setenv(miniature.OFF, "1")
     monkeypatch.setattr(pref, "installed", lambda: True)
+    monkeypatch.setenv(MINIATURES, "1")  # read by the command line only: the estimate runs none unless told
+    assert miniature.logits_buffers(model, pref.resolve_run("dpo", {}, {}), 512) is None
+    assert est.estimate_run(model, pref.resolve_run("dpo", {}, {}), "cpu").logits_buffers is None
     chunked = pref.resolve_run("dpo", {"efficient_long_context": True}, {})
-    assert miniature.logits_buffers_many([(model, pref.resolve_run("grpo", {}, {}), 512), (model, chunked, 2048)]) == [None, None]
+    assert miniature.logits_buffers_many([(model, pref.resolve_run("grpo", {}, {}), 512), (model, chunked, 2048)],
+                                         miniatures=True) == [None, None]
 
 
 def test_a_counted_estimate_holds_the_counted_buffers_and_has_its_own_range():
@@ -143,13 +146,12 @@ def test_a_plan_counts_the_run_and_its_single_changes_in_one_process(monkeypatch
         calls.append(len(todo))
         return {key: 10.0 for key in todo}
 
-    monkeypatch.setenv(miniature.OFF, "1")
     monkeypatch.setattr(miniature, "_remembered", {})
     monkeypatch.setattr(miniature, "_count", fake_count)
     monkeypatch.setattr(pref, "installed", lambda: True)
     model = resolve_model("Qwen/Qwen2.5-7B-Instruct")
     run = pref.resolve_run("dpo", {}, {})
-    plans = est.plan(model, run, 16 * 10**9, "metal")
+    plans = est.plan(model, run, 16 * 10**9, "metal", miniatures=True)
     assert plans["combination"], "a 7B DPO run needs several changes together on 16 GB"
     assert calls == [4]  # the run; --train-mode orpo, --grad-checkpoint, --num-layers 14 (same shape: 4-bit, batch, length)
 
@@ -161,7 +163,7 @@ def test_a_miniature_too_large_to_be_small_is_not_run(miniatures_on, monkeypatch
     monkeypatch.setattr(parent, "run_child", lambda *a, **k: pytest.fail("a miniature ran"))
     config = {**resolve_model("Qwen/Qwen3-30B-A3B").config, "num_experts": 1024}  # a count no miniature shrinks (within mlxfit's bounds)
     moe = _from_config("many experts", "local", config)
-    assert miniature.logits_buffers(moe, pref.resolve_run("dpo", {}, {}), 512) is None
+    assert miniature.logits_buffers(moe, pref.resolve_run("dpo", {}, {}), 512, miniatures=True) is None
 
 
 @needs_rl
@@ -277,7 +279,7 @@ def test_a_first_preference_probe_of_a_catalog_model_runs_no_miniature(monkeypat
     shipped = _shipped_here().get("Qwen/Qwen3-0.6B")
     if not shipped:
         pytest.skip("Qwen/Qwen3-0.6B has no shipped counts")
-    monkeypatch.setenv(miniature.OFF, "1")
+    monkeypatch.setenv(MINIATURES, "1")
     monkeypatch.setattr(miniature, "_remembered", {})
     monkeypatch.setattr(parent, "run_child", lambda *a, **k: pytest.fail("a miniature ran"))
     model = resolve_model("Qwen/Qwen3-0.6B")

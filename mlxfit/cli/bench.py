@@ -5,6 +5,9 @@ Registered on the group in mlxfit/cli/main.py with `cli.add_command(bench)`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 import click
 
 from ..errors import BadInput, MlxfitError
@@ -21,6 +24,7 @@ from .options import (
     local_calibration,
     local_usable_bytes,
     machine_options,
+    miniatures,
     print_json,
 )
 
@@ -95,172 +99,333 @@ def bench(model_spec, method, fine_tune_type, num_layers, batch_size, max_seq_le
       mlxfit bench -m Qwen/Qwen3-0.6B --max batch_size --memory 16GB
       mlxfit bench -m Qwen/Qwen3-0.6B --train-mode grpo --max-completion-length 128,256,512 --estimate-only
     """
-    from ..measure import bench as lib
-    from ..model.resolve import resolve_model
-    from ..render import bench as render_bench
-    from ..render.text import console
-
     ctx = click.get_current_context()
-    mode = pref.pop("train_mode") or DEFAULT
-    sft = get_mode(mode).by_mlx_lm  # mlx_lm.lora's sweep, else mlx_lm_lora.train's
-    given = {
-        "method": method, "fine_tune_type": fine_tune_type, "num_layers": num_layers, "batch_size": batch_size,
-        "max_seq_length": max_seq_length, "rank": rank, "grad_checkpoint": grad_checkpoint,
-    }
-    if sft:
+    b = checked_flags(ctx, pref)
+    resolve(b)
+    combine(b)
+    if b.setting:
+        search_max(ctx, b)
+    else:
+        sweep(ctx, b)
+
+
+@dataclass
+class Bench:
+    """One bench command: its flags (click's parameters, by name) and what is resolved
+    from them, stage by stage: the model, the machine and backend, the combinations."""
+
+    flags: dict
+    mode: str
+    pref: dict  # mlx-lm-lora's flags left to give its runs
+    sweeps: dict = field(default_factory=dict)
+    setting: str | None = None  # what --max searches; None: a sweep
+    model: Any = None
+    machine: Any = None
+    backend: str | None = None
+    trainings: list = field(default_factory=list)
+    runs: list | None = None  # mlx-lm-lora's runs (--train-mode dpo, cpo, orpo, grpo)
+    notes: list = field(default_factory=list)
+    calibration: Any = None
+    local_usable: int | None = None  # what a measurement may take here (sft: over it, by slice)
+
+    @property
+    def sft(self) -> bool:
+        return get_mode(self.mode).by_mlx_lm  # mlx_lm.lora's sweep, else mlx_lm_lora.train's
+
+    @property
+    def measuring(self) -> bool:
+        return not self.flags["estimate_only"]
+
+    @property
+    def quiet(self) -> bool:
+        return self.flags["json_"] or not self.measuring
+
+
+def checked_flags(ctx, pref: dict) -> Bench:
+    """The flags parsed into the lists to sweep, everything that would mean nothing
+    refused before anything is resolved or measured."""
+    f = ctx.params
+    b = Bench(f, pref.pop("train_mode") or DEFAULT, pref)
+    given = {name: f[name] for name in ("method", *PREFERENCE_SWEPT)}
+    if b.sft:
         refuse_mode_flags(pref)
     else:
-        given = preference_sweeps(ctx, mode, given, maximize, pref)
-    sweeps, setting = checked_sweeps(ctx, mode, given, maximize, out, resume, plot, force, estimate_only)
-    if plot:
-        render_bench.check_plotting()
+        given = preference_sweeps(ctx, b.mode, given, f["maximize"], pref)
+    b.sweeps, b.setting = checked_sweeps(ctx, b.mode, given, f["maximize"], f["out"], f["resume"], f["plot"],
+                                         f["force"], f["estimate_only"])
+    if f["plot"]:
+        from ..render import bench as render_bench
 
-    model = resolve_model(model_spec)
-    measuring = not estimate_only
-    if not sft:
+        render_bench.check_plotting()
+    return b
+
+
+def resolve(b: Bench) -> None:
+    """The model (one with an architecture where it is to be built), the machine
+    planned for, and the backend estimated for."""
+    from ..model.resolve import resolve_model
+
+    b.model = model = resolve_model(b.flags["model_spec"])
+    if not b.sft:
         from ..model.preference import require_extra
 
         if model.architecture is None:
-            raise BadInput(f"{model.id} is a bare size with no architecture: --train-mode {mode} needs one (a catalog id, "
+            raise BadInput(f"{model.id} is a bare size with no architecture: --train-mode {b.mode} needs one (a catalog id, "
                            "a Hugging Face repo id or a folder with config.json)")
-        if measuring:
-            require_extra(f"bench --train-mode {mode} without --estimate-only")
-    if measuring and model.config is None:
+        if b.measuring:
+            require_extra(f"bench --train-mode {b.mode} without --estimate-only")
+    if b.measuring and model.config is None:
         raise MlxfitError(
             f"{model.id} is a bare size with no architecture to build: measure a catalog id, a Hugging Face "
             "repo id or a folder with config.json, or add --estimate-only"
         )
-    machine = get_machine(memory, gpu_memory, reserve)
-    if measuring:
-        from ..machine import mlx_backend
+    b.machine = get_machine(b.flags["memory"], b.flags["gpu_memory"], b.flags["reserve"])
+    b.backend = measured_backend(b.flags["backend"]) if b.measuring else b.flags["backend"] or b.machine.backend
 
-        local = mlx_backend()
-        if backend and backend != local:
-            raise BadInput(f"--backend {backend}: measured runs run on this machine's {local} backend; add --estimate-only to estimate for {backend}")
-        backend = local  # the prediction is judged against a measurement made here
+
+def measured_backend(backend: str | None) -> str:
+    """This machine's backend: the prediction is judged against a measurement made here."""
+    from ..machine import mlx_backend
+
+    local = mlx_backend()
+    if backend and backend != local:
+        raise BadInput(f"--backend {backend}: measured runs run on this machine's {local} backend; add --estimate-only to estimate for {backend}")
+    return local
+
+
+def combine(b: Bench) -> None:
+    """Every combination's training settings (and mlx-lm-lora's runs), with the notes
+    the rows rest on."""
+    from ..measure import bench as lib
+    from ..render import bench as render_bench
+
+    f = b.flags
+    if b.sft:
+        b.calibration = local_calibration(b.machine, b.backend, b.model)
+        b.local_usable = local_usable_bytes(b.machine, f["reserve"])
+        base = TrainingConfig(optimizer=f["optimizer"], bits=f["bits"], group_size=f["group_size"])
+        if b.setting:  # searched: its default is not the run's, and must not be checked as if it were
+            b.sweeps[b.setting] = (lib.SEARCH_UNITS[b.setting],)
+        b.trainings = lib.combinations(b.model, base, b.sweeps)
+        b.notes = [render_bench.hypothetical_note(b.machine)] if b.measuring and b.machine.hypothetical else []
+        return
+    from ..measure.bench import preference as pref_lib
+
+    rl_group_size = f["group_size"] if given_flag(click.get_current_context(), "group_size") else None
+    flags = {**b.pref, "optimizer": f["optimizer"], "rl_group_size": rl_group_size}
+    b.runs = pref_lib.combinations(b.model, b.mode, flags, b.sweeps)
+    b.trainings = [run.training for run in b.runs]
+    b.notes = preference_notes(b.runs, b.machine, b.measuring)
+
+
+def search_max(ctx, b: Bench) -> None:
+    """--max: the largest batch size or sequence length that fits, searched and shown."""
+    from ..measure import bench as lib
+    from ..render import bench as render_bench
+
+    f, machine = b.flags, b.machine
+    if not f["json_"]:
+        render_bench.render_header(machine, b.model, b.trainings[0], [b.setting], measuring=b.measuring)
+    with render_bench.search_progress(b.setting, quiet=b.quiet) as on_event:
+        result = lib.find_max(
+            b.model, b.trainings[0], b.setting, machine.usable_bytes, b.backend, margin=f["margin"],
+            calibration=b.calibration, measure_runs=b.measuring, timeout=f["timeout"], steps=f["steps"],
+            on_event=on_event, local_usable_bytes=b.local_usable,
+        )
+    if f["json_"]:
+        print_json({"model": b.model.to_dict(), "machine": machine.to_dict(), "notes": b.notes, "max": result.to_dict()})
     else:
-        backend = backend or machine.backend
-    if sft:
-        calibration = local_calibration(machine, backend, model)
-        # What a measurement may take here: runs predicted over it are measured by slice.
-        local_usable = local_usable_bytes(machine, reserve)
-        base = TrainingConfig(optimizer=optimizer, bits=bits, group_size=group_size)
-        if setting:  # searched: its default is not the run's, and must not be checked as if it were
-            sweeps[setting] = (lib.SEARCH_UNITS[setting],)
-        trainings = lib.combinations(model, base, sweeps)
-        notes = [render_bench.hypothetical_note(machine)] if measuring and machine.hypothetical else []
+        render_bench.render_max(result)
+    if result.unknown:
+        ctx.exit(lib.EXIT_UNKNOWN)
+
+
+@dataclass
+class Swept:
+    """What a sweep gave: its rows, how many were read back from --out, the exit code
+    of a signal that interrupted it (0: none), and why it stopped early (None: it did not)."""
+
+    rows: list = field(default_factory=list)
+    resumed: int = 0
+    written: int = 0
+    interrupted: int = 0
+    failed: str | None = None
+
+
+def sweep(ctx, b: Bench) -> None:
+    """The combinations planned, each run (or read back from --out) in order, written
+    to --out as it finishes, plotted and shown; the exit status says what was unknown."""
+    from ..measure import bench as lib
+
+    log, stored = opened_log(b)
+    planned = plan(b)
+    expected = sweep_duration_here(b, planned)
+    varying = varying_settings(b)
+    if not b.flags["json_"]:
+        render_sweep_header(b, varying, expected)
+    swept = run_combinations(b, planned, stored, log, varying)
+    plot = plotted(b, swept, varying)
+    report(b, swept, varying, len(planned), plot)
+    if swept.failed:
+        raise MlxfitError(swept.failed)
+    if swept.interrupted:
+        ctx.exit(swept.interrupted)
+    if any(row.status == lib.UNKNOWN for row in swept.rows):
+        ctx.exit(lib.EXIT_UNKNOWN)
+
+
+def opened_log(b: Bench) -> tuple:
+    """--out's CSV log (None without it), checked, and with --resume the rows it holds by key."""
+    from ..measure import bench as lib
+
+    out = b.flags["out"]
+    if not out:
+        return None, {}
+    if b.sft:
+        log = lib.CsvLog(out)
     else:
         from ..measure.bench import preference as pref_lib
 
-        flags = {**pref, "optimizer": optimizer, "rl_group_size": group_size if given_flag(ctx, "group_size") else None}
-        runs = pref_lib.combinations(model, mode, flags, sweeps)
-        trainings = [run.training for run in runs]
-        notes = preference_notes(runs, machine, measuring)
+        log = lib.CsvLog(out, row=pref_lib.PreferenceRow)
+    log.check()
+    return log, ({row.key: row for row in log.read()} if b.flags["resume"] else {})
 
-    if setting:
-        if not json_:
-            render_bench.render_header(machine, model, trainings[0], [setting], measuring=measuring)
-        with render_bench.search_progress(setting, quiet=json_ or not measuring) as on_event:
-            result = lib.find_max(
-                model, trainings[0], setting, machine.usable_bytes, backend, margin=margin, calibration=calibration,
-                measure_runs=measuring, timeout=timeout, steps=steps, on_event=on_event, local_usable_bytes=local_usable,
-            )
-        if json_:
-            print_json({"model": model.to_dict(), "machine": machine.to_dict(), "notes": notes, "max": result.to_dict()})
-        else:
-            render_bench.render_max(result)
-        if result.unknown:
-            ctx.exit(lib.EXIT_UNKNOWN)
-        return
 
-    log = (lib.CsvLog(out) if sft else lib.CsvLog(out, row=pref_lib.PreferenceRow)) if out else None
-    stored = {}
-    if log is not None:
-        log.check()
-        if resume:
-            stored = {row.key: row for row in log.read()}
-    if sft:
-        planned = lib.plan_sweep(model, trainings, machine.usable_bytes, backend, calibration, measuring, force)
-    else:
-        planned = plan_preference(pref_lib, model, runs, machine, reserve, backend, measuring, force, quiet=json_)
-    if sft and measuring:
-        from ..answer import sweep_duration
+def plan(b: Bench) -> list:
+    """Each combination with its estimate and what to do with it, by increasing estimate."""
+    from ..measure import bench as lib
 
-        expected = sweep_duration(model, planned, timeout, steps, local_usable)  # refuses past --timeout
-    varying = [name for name, values in sweeps.items() if len(values) > 1]
+    f = b.flags
+    if b.sft:
+        return lib.plan_sweep(b.model, b.trainings, b.machine.usable_bytes, b.backend, b.calibration, b.measuring,
+                              f["force"])
+    from ..measure.bench import preference as pref_lib
+
+    return plan_preference(pref_lib, b.model, b.runs, b.machine, f["reserve"], b.backend, b.measuring, f["force"],
+                           quiet=f["json_"])
+
+
+def sweep_duration_here(b: Bench, planned: list):
+    """How long the sft sweep's measurements will take (refused past --timeout); None otherwise."""
+    if not (b.sft and b.measuring):
+        return None
+    from ..answer import sweep_duration
+
+    return sweep_duration(b.model, planned, b.flags["timeout"], b.flags["steps"], b.local_usable)
+
+
+def varying_settings(b: Bench) -> list:
+    """The settings that differ between combinations: the columns of the table."""
+    from ..render import bench as render_bench
+
+    varying = [name for name, values in b.sweeps.items() if len(values) > 1]
     # --method full,qlora with one --fine-tune-type still gives runs of two types.
     varying += [name for name, (_, shown) in render_bench.SETTING_COLUMNS.items()
-                if name not in varying and len({shown(t) for t in trainings}) > 1]
-    if not json_:
-        if sft:
-            render_bench.render_header(machine, model, trainings[0], varying, out, measuring=measuring)
-            if measuring:
-                render_bench.render_expected(*expected)
-        else:
-            render_bench.render_header(machine, model, trainings[0], varying, out, measuring=measuring, run=runs[0],
-                                       notes=notes)
+                if name not in varying and len({shown(t) for t in b.trainings}) > 1]
+    return varying
 
-    rows, resumed, interrupted, written = [], 0, False, 0
-    failed = None  # what could not be written: the sweep stops, and what it measured is still shown
-    with render_bench.sweep_progress(len(planned), varying, quiet=json_ or not measuring) as on_event:
-        try:
-            if sft:
-                sweep = lib.run_sweep(model, planned, machine.usable_bytes, backend, stored, timeout, steps, on_event,
-                                      local_usable_bytes=local_usable, force=force)
-            else:
-                sweep = pref_lib.run_sweep(model, planned, machine.usable_bytes, backend, stored, timeout, steps, on_event)
-            for row, fresh in sweep:
-                rows.append(row)
-                resumed += not fresh
-                if fresh and log is not None:
-                    try:
-                        log.append(row)
-                        written += 1
-                    except OSError as e:
-                        kept = written + resumed  # rows the file holds, whole
-                        where = (f"none of them could be written to {out}" if not kept else
-                                 f"the one written before stays in {out} for --resume" if kept == 1 else
-                                 f"the {kept} written before stay in {out} for --resume")
-                        failed = (f"--out {out}: cannot write ({e.strerror or e}), so the sweep stopped after {len(rows)} of "
-                                  f"{len(planned)}; the rows above are every one measured, and {where}"
-                                  + (" (no plot drawn)" if plot else ""))
-                        break
-        except KeyboardInterrupt as e:
-            interrupted = getattr(e, "exit_code", 130)  # 128 + the signal's number
-    if plot and rows and failed is None:
-        try:
-            title = f"{model.id} · {backend}" if sft else f"{model.id} · {mode} · {backend}"
-            render_bench.plot_sweep(rows, varying, machine.usable_bytes, plot, title=title)
-        except OSError as e:
-            failed = f"--plot {plot}: cannot write ({e.strerror or e}); the rows above are every one measured" + (
-                f", and they are in {out}" if out else "")
-            plot = None
-    if json_:
-        print_json({
-            "model": model.to_dict(),
-            "machine": machine.to_dict(),
-            "notes": notes,
-            "backend": backend,
-            **({} if sft else {"train_mode": mode}),
-            "usable_bytes": machine.usable_bytes,
-            "swept": {name: list(values) for name, values in sweeps.items() if name in varying},
-            "total": len(planned),
-            "resumed": resumed,
-            "interrupted": bool(interrupted),
-            "out": out,
-            "plot": plot if rows else None,
-            "rows": [row.to_dict() for row in rows],
-        })
+
+def render_sweep_header(b: Bench, varying: list, expected) -> None:
+    from ..render import bench as render_bench
+
+    out, first = b.flags["out"], b.trainings[0]
+    if b.sft:
+        render_bench.render_header(b.machine, b.model, first, varying, out, measuring=b.measuring)
+        if b.measuring:
+            render_bench.render_expected(*expected)
     else:
-        render_bench.render_sweep(rows, varying, machine.usable_bytes, interrupted, len(planned))
+        render_bench.render_header(b.machine, b.model, first, varying, out, measuring=b.measuring, run=b.runs[0],
+                                   notes=b.notes)
+
+
+def run_combinations(b: Bench, planned: list, stored: dict, log, varying: list) -> Swept:
+    """Each planned combination measured (or estimated, or read back), its row appended
+    to --out as it comes; a row that cannot be written stops the sweep, Ctrl-C too."""
+    from ..measure import bench as lib
+    from ..render import bench as render_bench
+
+    f, swept = b.flags, Swept()
+    with render_bench.sweep_progress(len(planned), varying, quiet=b.quiet) as on_event:
+        try:
+            if b.sft:
+                rows = lib.run_sweep(b.model, planned, b.machine.usable_bytes, b.backend, stored, f["timeout"],
+                                     f["steps"], on_event, local_usable_bytes=b.local_usable, force=f["force"])
+            else:
+                from ..measure.bench import preference as pref_lib
+
+                rows = pref_lib.run_sweep(b.model, planned, b.machine.usable_bytes, b.backend, stored, f["timeout"],
+                                          f["steps"], on_event)
+            for row, fresh in rows:
+                swept.rows.append(row)
+                swept.resumed += not fresh
+                if fresh and log is not None and not appended(log, row, swept, len(planned), f["out"], f["plot"]):
+                    break
+        except KeyboardInterrupt as e:
+            swept.interrupted = getattr(e, "exit_code", 130)  # 128 + the signal's number
+    return swept
+
+
+def appended(log, row, swept: Swept, total: int, out: str, plot) -> bool:
+    """The row appended to --out; False, with why in `swept.failed`, when it cannot be:
+    the sweep stops, and what it measured is still shown."""
+    try:
+        log.append(row)
+        swept.written += 1
+        return True
+    except OSError as e:
+        kept = swept.written + swept.resumed  # rows the file holds, whole
+        where = (f"none of them could be written to {out}" if not kept else
+                 f"the one written before stays in {out} for --resume" if kept == 1 else
+                 f"the {kept} written before stay in {out} for --resume")
+        swept.failed = (f"--out {out}: cannot write ({e.strerror or e}), so the sweep stopped after {len(swept.rows)} of "
+                        f"{total}; the rows above are every one measured, and {where}"
+                        + (" (no plot drawn)" if plot else ""))
+        return False
+
+
+def plotted(b: Bench, swept: Swept, varying: list):
+    """--plot drawn from the rows (unless the sweep failed); the path, or None where not drawn."""
+    plot, out = b.flags["plot"], b.flags["out"]
+    if not (plot and swept.rows and swept.failed is None):
+        return plot
+    from ..render import bench as render_bench
+
+    try:
+        title = f"{b.model.id} · {b.backend}" if b.sft else f"{b.model.id} · {b.mode} · {b.backend}"
+        render_bench.plot_sweep(swept.rows, varying, b.machine.usable_bytes, plot, title=title)
+    except OSError as e:
+        swept.failed = f"--plot {plot}: cannot write ({e.strerror or e}); the rows above are every one measured" + (
+            f", and they are in {out}" if out else "")
+        return None
+    return plot
+
+
+def report(b: Bench, swept: Swept, varying: list, total: int, plot) -> None:
+    """The sweep's rows, as JSON or as the table."""
+    from ..render import bench as render_bench
+    from ..render.text import console
+
+    rows = swept.rows
+    if not b.flags["json_"]:
+        render_bench.render_sweep(rows, varying, b.machine.usable_bytes, swept.interrupted, total)
         if plot and rows:
             console.print(f"Plot written to {plot}")
-    if failed:
-        raise MlxfitError(failed)
-    if interrupted:
-        ctx.exit(interrupted)
-    if any(row.status == lib.UNKNOWN for row in rows):
-        ctx.exit(lib.EXIT_UNKNOWN)
+        return
+    print_json({
+        "model": b.model.to_dict(),
+        "machine": b.machine.to_dict(),
+        "notes": b.notes,
+        "backend": b.backend,
+        **({} if b.sft else {"train_mode": b.mode}),
+        "usable_bytes": b.machine.usable_bytes,
+        "swept": {name: list(values) for name, values in b.sweeps.items() if name in varying},
+        "total": total,
+        "resumed": swept.resumed,
+        "interrupted": bool(swept.interrupted),
+        "out": b.flags["out"],
+        "plot": plot if rows else None,
+        "rows": [row.to_dict() for row in rows],
+    })
 
 
 # --- --train-mode dpo, cpo, orpo, grpo: mlx-lm-lora's runs -----------------------------
@@ -339,9 +504,10 @@ def plan_preference(pref_lib, model, runs, machine, reserve, backend: str, measu
     from ..render.measurement import measure_progress
 
     shapes = pref_lib.miniature_shapes(model, runs)
-    if uncounted(shapes):
+    allowed = miniatures()
+    if uncounted(shapes, miniatures=allowed):
         with measure_progress(quiet) as on_event:
-            logits_buffers_many(shapes, on_event)
+            logits_buffers_many(shapes, on_event, miniatures=allowed)
 
     reference = answer_preference.reference_model(runs[0])  # one --reference-model-path for every run
 
@@ -350,4 +516,5 @@ def plan_preference(pref_lib, model, runs, machine, reserve, backend: str, measu
             est, model, run, estimate, backend, machine, reserve, None, reference, run.prompt_length,
             then="so it is skipped, even with --force")
 
-    return pref_lib.plan(model, runs, machine.usable_bytes, backend, measuring, force, reference, refuse)
+    return pref_lib.plan(model, runs, machine.usable_bytes, backend, measuring, force, reference, refuse,
+                         miniatures=allowed)

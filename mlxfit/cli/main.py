@@ -17,6 +17,7 @@ from .options import (
     handle_errors,
     json_option,
     machine_options,
+    miniatures,
     print_json,
 )
 
@@ -131,7 +132,7 @@ def probe(model_arg, model_spec, config_path, data, method, skip_bad_lines, trus
                        reserve=reserve, backend=backend, hostfile=hostfile, skip_bad_lines=skip_bad_lines,
                        trust_remote_code=trust_remote_code, measure=do_measure, by_slice=by_slice, force=force,
                        timeout=timeout, steps=steps, progress=_probe_progress(json_), chip=chip, iters=iters,
-                       **training_flags)
+                       miniatures=miniatures(), **training_flags)
     _print_probe(answer, json_, verbose)
 
 

@@ -73,6 +73,16 @@ def debugging() -> bool:
     return os.environ.get("MLXFIT_DEBUG", "").strip().lower() in ("1", "true", "yes")
 
 
+MINIATURES = "MLXFIT_MINIATURES"
+
+
+def miniatures() -> bool:
+    """Whether DPO, CPO and ORPO may count their logits buffers on miniatures of the
+    model (mlxfit/measure/miniature.py); MLXFIT_MINIATURES=0: the fitted count, no child
+    process. Read here only: the estimate is told, never reads the environment."""
+    return os.environ.get(MINIATURES, "1") != "0"
+
+
 def handle_errors(fn):
     """Library errors become one line and an exit status; Ctrl-C exits 130; a file
     or the output that cannot be written, one line and exit status 1;

@@ -37,21 +37,20 @@ def wanted(model) -> list:
 def count(items: list, on_event=lambda e: None) -> dict:
     """{shape key: count} of these shapes, each counted on its miniatures here (nothing
     shipped or remembered is used); shapes with no count are left out."""
-    saved = os.environ.get("MLXFIT_CACHE_DIR"), os.environ.get(miniature.OFF)
+    saved = os.environ.get("MLXFIT_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="mlxfit-counts-") as tmp:
-        os.environ["MLXFIT_CACHE_DIR"], os.environ[miniature.OFF] = tmp, "1"
+        os.environ["MLXFIT_CACHE_DIR"] = tmp
         shipped_counts.USE_SHIPPED, miniature._remembered = False, {}
         seconds_each, miniature.SECONDS_EACH = miniature.SECONDS_EACH, 20 * miniature.SECONDS_EACH  # deep models, a busy machine
         try:
-            counts = miniature.logits_buffers_many(items, on_event)
+            counts = miniature.logits_buffers_many(items, on_event, miniatures=True)
             keys = miniature._keys(items)
         finally:
             shipped_counts.USE_SHIPPED, miniature._remembered, miniature.SECONDS_EACH = True, {}, seconds_each
-            for name, value in zip(("MLXFIT_CACHE_DIR", miniature.OFF), saved):
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+            if saved is None:
+                os.environ.pop("MLXFIT_CACHE_DIR", None)
+            else:
+                os.environ["MLXFIT_CACHE_DIR"] = saved
     return dict(sorted((k, c) for k, c in zip(keys, counts) if k and c is not None))
 
 
@@ -61,7 +60,7 @@ def main(argv: list[str]) -> None:
     from ..model.resolve import resolve_model
 
     os.environ["HF_HUB_OFFLINE"] = "1"
-    if not miniature.enabled():
+    if not miniature.enabled(miniatures=True):
         raise SystemExit("mlx-lm-lora is not installed: nothing can be counted")
     ids = argv[1:] or [model_id for model_id, _ in catalog().values()]
     for i, model_id in enumerate(ids):

@@ -53,8 +53,9 @@ def tokens(training: dict, length: int | None = None) -> int:
     """The tokens of one step as run: batch_size times the width its batch is padded
     to, the widest batch of the data (`length`, capped by max_seq_length) where there
     is data, else max_seq_length."""
-    width = min(length, training["max_seq_length"]) if length else training["max_seq_length"]
-    return training["batch_size"] * width
+    from ..model.training import batch_width
+
+    return training["batch_size"] * batch_width(length, training["max_seq_length"])
 
 
 def close(stored_training: dict, training: dict, stored_length: int | None = None, length: int | None = None) -> bool:

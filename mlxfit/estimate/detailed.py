@@ -263,7 +263,7 @@ def ahead_of_loss(blocks, keys, training: TrainingConfig) -> bool:
 def features(model: ModelInfo, training: TrainingConfig, length: int | None = None) -> dict:
     """Element and byte counts of one configuration; the fitted parts scale these."""
     arch, s = model.architecture, dtype_bytes(model)
-    batch_len = min(length, training.max_seq_length) if length else training.max_seq_length
+    batch_len = training.batch_width(length)
     B, T = training.batch_size // training.hosts, max(batch_len - 1, 1)
     keys = frozenset(training.lora_keys) if training.lora_keys is not None else None
     every = _per_block(arch, keys)

@@ -50,7 +50,7 @@ def phase_operations(model: ModelInfo, training: TrainingConfig, length: int | N
     from .detailed import counted_totals
 
     arch = model.architecture
-    batch_len = min(length, training.max_seq_length) if length else training.max_seq_length
+    batch_len = training.batch_width(length)
     T = max(batch_len - 1, 1)  # mlx-lm's default_loss drops the last token
     rows = training.batch_size // training.hosts if sequences is None else sequences
     N = rows * T

@@ -133,11 +133,15 @@ def kv_cache_bytes(model: ModelInfo, sequences: int, tokens: int) -> int:
 
 def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", length: int | None = None,
                  reference: ModelInfo | None = None, prompt_length: int | None = None,
-                 count_new: bool = True, counted: float | None = None) -> PreferenceEstimate:
+                 count_new: bool = True, counted: float | None = None, *,
+                 miniatures: bool = False) -> PreferenceEstimate:
     """`length`: the widest batch (DPO/CPO/ORPO: padded chosen/rejected width) from
     --data, else max_seq_length. GRPO: `prompt_length` the longest prompt.
-    `count_new` False: no miniature is run, a count is used only if already known.
-    `counted`: the logits buffers as a miniature counted them before (benchmarks)."""
+    `miniatures`: whether the logits buffers may be counted on a miniature of the model
+    (mlxfit/measure/miniature.py: shipped, remembered, or counted in a child process);
+    False, the fitted count and no child. `count_new` False: no miniature is run, a count
+    is used only if already known. `counted`: the logits buffers as a miniature counted
+    them before (benchmarks)."""
     t, s = run.training, dtype_bytes(model)
     V = model.architecture.vocab_size
     ref = reference_bytes(model, run, reference)
@@ -145,12 +149,12 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
         return _grpo(model, run, backend, ref, prompt_length)
     if run.spec.step_is_mlx_lm:
         return estimate_lora_sft(model, run, backend, length)
-    L = min(length or t.max_seq_length, t.max_seq_length)
+    L = t.batch_width(length)
     chunked = run.efficient_long_context and L > EFFICIENT_STEP
     step_len = EFFICIENT_STEP if chunked else L
     B = t.batch_size
     T = max(step_len - 1, 1)
-    count = counted if counted is not None else logits_buffers(model, run, L, count_new)
+    count = counted if counted is not None else logits_buffers(model, run, L, count_new, miniatures=miniatures)
     if count is not None:
         # Counted on a miniature of the model (mlxfit/measure/miniature.py): every
         # B x T x V buffer the step holds at its loss, the reference's included.
@@ -203,7 +207,7 @@ def estimate_lora_sft(model: ModelInfo, run: PreferenceRun, backend: str = "cpu"
     """mlx-lm-lora's own SFT (sft_trainer.py train_sft): its step is mlx-lm's (default_loss,
     the whole step under mx.compile, the same batch padding), so it is the SFT estimate."""
     t = run.training
-    L = min(length or t.max_seq_length, t.max_seq_length)
+    L = t.batch_width(length)
     sft = _sft(model, t, backend, L)
     parts = dict(sft.parts)
     if lazy_head_bytes(model, run):
@@ -303,7 +307,7 @@ def _variants(model: ModelInfo, run: PreferenceRun, length: int | None, prompt_l
     """(flags, cost, changed run, reference model or None, length) for each knob that
     lowers the peak: the mode's own first, then the SFT ones."""
     t = run.training
-    L = min(length or t.max_seq_length, t.max_seq_length)
+    L = t.batch_width(length)
     out = run.spec.own_changes(model, run)  # the mode's own first (mlxfit/modes/), its reference's among them
     if not t.grad_checkpoint:
         out.append(("--grad-checkpoint", "recomputes each block in the backward pass (slower)", replace(run, training=replace(t, grad_checkpoint=True))))
@@ -330,25 +334,26 @@ def _variants(model: ModelInfo, run: PreferenceRun, length: int | None, prompt_l
 def shapes(model: ModelInfo, run: PreferenceRun, length: int | None, prompt_length: int | None) -> list:
     """(model, run, length) of the run and of each single change: the miniatures
     (mlxfit/measure/miniature.py) that estimate_run and plan use, to count in one process."""
-    L = min(length or run.training.max_seq_length, run.training.max_seq_length)
+    L = run.training.batch_width(length)
     changed = [change for _, _, change in _variants(model, run, length, prompt_length) if change != "ref4"]
     return [(model, r, L) for r in [run, *changed]]
 
 
 def plan(model: ModelInfo, run: PreferenceRun, usable: int, backend: str, length: int | None = None,
-         reference: ModelInfo | None = None, prompt_length: int | None = None) -> dict:
+         reference: ModelInfo | None = None, prompt_length: int | None = None, *, miniatures: bool = False) -> dict:
     """Single changes with their new peaks, and, when none fits alone, the fewest
-    of them (chosen greedily, the largest saving first) that fit together."""
+    of them (chosen greedily, the largest saving first) that fit together.
+    `miniatures`: as for estimate_run."""
 
     def estimated(r, ref, count_new=True):
-        return estimate_run(model, r, backend, length, ref, prompt_length, count_new)
+        return estimate_run(model, r, backend, length, ref, prompt_length, count_new, miniatures=miniatures)
 
     def apply(r, ref, change):
         if change == "ref4":
             return r, _quantized_reference(model)
         return change, ref
 
-    logits_buffers_many(shapes(model, run, length, prompt_length))
+    logits_buffers_many(shapes(model, run, length, prompt_length), miniatures=miniatures)
     base_estimate = estimated(run, reference)
     base = base_estimate.peak_bytes
     singles = []

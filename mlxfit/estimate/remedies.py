@@ -185,7 +185,7 @@ def dimensions(model: ModelInfo, training: TrainingConfig, data=None, length: in
              lambda t, n=n: replace(t, num_layers=n))
             for i, n in enumerate(_halvings(layers, 1), 1)
         ]
-    longest = min(length, training.max_seq_length) if length else training.max_seq_length
+    longest = training.batch_width(length)
     floor = length_floor(training, data)
     cuts = [n for n in _halvings(training.max_seq_length, 1) if floor <= n < longest]
     if floor < longest and floor not in cuts:

@@ -187,7 +187,7 @@ def dpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, leng
     forward of both."""
     rows = 2 * training.batch_size // training.hosts
     policy = phase_operations(model, training, length, sequences=rows)
-    width = min(length or training.max_seq_length, training.max_seq_length)
+    width = training.batch_width(length)
     rate = speed.operations_per_second
     phases = _with_work({k: v / rate for k, v in policy.items()}, step_work(model, training, length, sequences=rows),
                         speed)

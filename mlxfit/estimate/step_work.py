@@ -110,7 +110,7 @@ def step_work(model: ModelInfo, training: TrainingConfig, length: int | None = N
     from .detailed import counted, counted_totals
 
     arch = model.architecture
-    width = min(length, training.max_seq_length) if length else training.max_seq_length
+    width = training.batch_width(length)
     T = max(width - 1, 1)  # mlx-lm's default_loss drops the last token
     rows = training.batch_size // training.hosts if sequences is None else sequences
     N = rows * T

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import replace
 
@@ -54,7 +53,6 @@ SECONDS_EACH = 20  # a miniature takes 1-3 s here (2 CPU cores): its child is st
 START_SECONDS = 3.0
 SECONDS_PER_MINIATURE = 1.0
 SECONDS_PER_BLOCK = 0.1
-OFF = "MLXFIT_MINIATURES"  # "0": no miniatures, the fitted count (the tests' default)
 _remembered: dict = {}
 
 
@@ -100,10 +98,12 @@ def shape_key(model, run, length: int) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def enabled() -> bool:
+def enabled(miniatures: bool) -> bool:
+    """Whether counts are used: the caller allows miniatures (the command line unless
+    MLXFIT_MINIATURES=0) and mlx-lm-lora is installed to run them."""
     from ..model.preference import installed
 
-    return os.environ.get(OFF, "1") != "0" and installed()
+    return miniatures and installed()
 
 
 def _store():
@@ -164,10 +164,11 @@ def _remember_rate(seconds: float, blocks: list[int]) -> None:
         pass
 
 
-def logits_buffers(model, run, length: int, count_new: bool = True) -> float | None:
+def logits_buffers(model, run, length: int, count_new: bool = True, *, miniatures: bool = False) -> float | None:
     """B x T x V float32-sized buffers per row the step holds at its loss, or None.
-    `count_new` False: only a count already known (None for a shape not yet counted)."""
-    return logits_buffers_many([(model, run, length)], count_new=count_new)[0]
+    `count_new` False: only a count already known (None for a shape not yet counted);
+    `miniatures` False: no count at all (the fitted one is used), no child process."""
+    return logits_buffers_many([(model, run, length)], count_new=count_new, miniatures=miniatures)[0]
 
 
 def _keys(items: list) -> list:
@@ -184,18 +185,19 @@ def _keys(items: list) -> list:
     return keys
 
 
-def uncounted(items: list) -> bool:
+def uncounted(items: list, *, miniatures: bool = False) -> bool:
     """Whether logits_buffers_many would run miniatures for these (model, run, length)."""
-    if not enabled():
+    if not enabled(miniatures):
         return False
     known = _known()
     return any(k and k not in known for k in _keys(items))
 
 
-def logits_buffers_many(items: list, on_event=lambda e: None, count_new: bool = True) -> list:
+def logits_buffers_many(items: list, on_event=lambda e: None, count_new: bool = True, *,
+                        miniatures: bool = False) -> list:
     """Counts for several (model, run, length), the ones not yet known measured in one
-    child process."""
-    if not enabled():
+    child process; `miniatures` False: None for each, nothing run (as logits_buffers)."""
+    if not enabled(miniatures):
         return [None] * len(items)
     keys = _keys(items)
     known = _known()

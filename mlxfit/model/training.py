@@ -16,6 +16,12 @@ GROUP_SIZES = (32, 64, 128)
 MAX_DIMENSION = 2**31 - 1  # the longest dimension an MLX array may have (int32 shapes)
 
 
+def batch_width(length: int | None, max_seq_length: int) -> int:
+    """The width one step's batch is padded to: the data's widest batch (`length`,
+    None without --data) cut to max_seq_length, else max_seq_length."""
+    return min(length, max_seq_length) if length else max_seq_length
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     fine_tune_type: str = field(default="lora", metadata={"help": "lora, dora or full."})
@@ -85,6 +91,10 @@ class TrainingConfig:
                 f"(mlx-lm's default is 16): give --num-layers {total_layers} or fewer, or -1 for all"
             )
         return self.num_layers
+
+    def batch_width(self, length: int | None) -> int:
+        """The width a step's batch is padded to (batch_width)."""
+        return batch_width(length, self.max_seq_length)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -60,11 +60,12 @@ class Mode:
 
     # -- its phases ----------------------------------------------------------------------
     def estimate(self, model, run, backend, length=None, reference=None, prompt_length=None, count_new=True,
-                 counted=None):
+                 counted=None, *, miniatures=False):
         """The run's peak, phase by phase (mlxfit/estimate/preference.py)."""
         from ..estimate import preference
 
-        return preference.estimate_run(model, run, backend, length, reference, prompt_length, count_new, counted)
+        return preference.estimate_run(model, run, backend, length, reference, prompt_length, count_new, counted,
+                                       miniatures=miniatures)
 
     # -- its candidate changes -----------------------------------------------------------
     def own_changes(self, model, run) -> list:

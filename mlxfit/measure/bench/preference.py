@@ -159,19 +159,21 @@ def plan(
     force: bool = False,
     reference: ModelInfo | None = None,
     refuse: Callable[[PreferenceRun, PreferenceEstimate], None] = lambda run, estimate: None,
+    miniatures: bool = False,
 ) -> list[PlannedRun]:
     """Every run with its estimate and what to do with it, by increasing estimate.
 
     As for SFT, a run predicted over `usable_bytes` is skipped unless `force`; and one
     that `refuse` rejects (it raises MlxfitError: this machine cannot hold it, so it
     could only be measured by slice, which these trainers cannot be) is skipped even
-    with `force`, with the refusal as its reason."""
+    with `force`, with the refusal as its reason. `miniatures`: as for
+    mlxfit.estimate.preference.estimate_run."""
     from ..miniature import logits_buffers_many
 
-    logits_buffers_many(miniature_shapes(model, runs))  # in one process (if not yet)
+    logits_buffers_many(miniature_shapes(model, runs), miniatures=miniatures)  # in one process (if not yet)
     planned = []
     for run in runs:
-        e = estimate_run(model, run, backend, None, reference, run.prompt_length)
+        e = estimate_run(model, run, backend, None, reference, run.prompt_length, miniatures=miniatures)
         action, reason = ("measure" if measure_runs else "estimate"), ""
         if measure_runs and e.peak_bytes > usable_bytes and not force:
             action = "skip"
