@@ -38,7 +38,7 @@ class VisionRun:
 
     @property
     def text_tokens(self) -> int:
-        return self.tokens - self.image_tokens
+        return max(self.tokens - self.image_tokens, 0)
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, "command": self.spec.command, "training": self.training.to_dict(),
