@@ -72,9 +72,10 @@ def test_data_of_images_says_which_rows_mlx_vlm_would_refuse(qwen, tmp_path):
     assert r.exit_code == 0 and "256 image" in r.output
 
 
-def test_measure_agrees_with_mlx_vlms_trainer(qwen, tmp_path):
-    data = tiny_vlms.write_data(tmp_path / "data", (448, 448), images=1, rows=2)
-    d = json.loads(probe(qwen, "--data", data, "--measure", "--json").output)
+def test_measure_agrees_with_mlx_vlms_trainer(qwen, tmp_path, monkeypatch):
+    tiny_vlms.write_data(tmp_path / "data", (448, 448), images=1, rows=2)
+    monkeypatch.chdir(tmp_path)  # relative paths, as typed: the child runs in a folder of its own
+    d = json.loads(probe(qwen, "--data", "data", "--measure", "--json").output)
     m = d["measured"]
     assert m["steps"] == 3 and m["vision_tokens"] == [256] * 3
     assert abs(m["error"]) < 0.15

@@ -70,13 +70,13 @@ def measure(folder, run, steps: int = 3, timeout: float | None = None, on_event=
     from .parent import run_child
 
     require_mlx_vlm()
-    folder = Path(folder) if folder else None
+    folder = Path(folder).resolve() if folder else None  # the child runs in a folder of its own
     if folder is None or not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise MlxfitError("--measure of a vision-language model needs a local folder with its config.json, "
                           "tokenizer and processor files (no weights needed)")
     with tempfile.TemporaryDirectory(prefix="mlxfit-vlm-data-") as tmp:
         rows = len(run.data.examples) if run.data else 2 * run.training.batch_size
-        data = Path(run.data.path) if run.data else write_stand_in_data(
+        data = Path(run.data.path).resolve() if run.data else write_stand_in_data(
             Path(tmp), run.image_size, run.images, rows, max(1, run.text_tokens - 16))
         done = run_child({"model": str(folder), "data": str(data), "steps": steps, "flags": flags_of(run.training)},
                          timeout, on_event, module="mlxfit.measure.vision_child")
