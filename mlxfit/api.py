@@ -75,7 +75,25 @@ def probe(model=None, *, config=None, data=None, method=None, train_mode=None, m
     from .model.preference import RUN_FLAGS, mode_from, read_yaml, refuse_mode_flags, refuse_sft_flags
 
     progress = progress or Silent()
+    images = {k: settings.pop(k, None) for k in ("image_size", "images_per_example")}
     _known(settings)
+    found = _vision_config(model, config, train_mode)
+    if found is not None:  # the model chooses its mode: mlx-vlm's
+        from .answer_vision import probe as vision_probe
+
+        refused = {"-c/--config": config, "--method": method, "--slice": by_slice, "--skip-bad-lines": skip_bad_lines,
+                   "--trust-remote-code": trust_remote_code, "--chip": chip, "--iters": iters}
+        refused.update({f"--{k.replace('_', '-')}": settings.pop(k) for k in RUN_FLAGS if k in settings})
+        return vision_probe(found[0], found[1], found[2], found[3], data, {**settings, **images},
+                            get_machine(_size(memory), _size(gpu_memory), reserve), backend, refused=refused,
+                            hostfile=hostfile, do_measure=measure, force=force, timeout=timeout, steps=steps,
+                            progress=progress, reserve=reserve)
+    for key, value in images.items():
+        if value is not None:
+            from .errors import BadInput
+
+            raise BadInput(f"--{key.replace('_', '-')} is for vision-language models (a config.json with a "
+                           "vision_config): this model has no vision part")
     pref = {k: settings.pop(k) for k in RUN_FLAGS if k in settings}
     mode = mode_from(train_mode, read_yaml(Path(config)) if config else {})
     memory, gpu_memory = _size(memory), _size(gpu_memory)
@@ -95,6 +113,30 @@ def probe(model=None, *, config=None, data=None, method=None, train_mode=None, m
                             reserve, skip_bad_lines=skip_bad_lines, trust_remote_code=trust_remote_code,
                             hostfile=hostfile, by_slice=by_slice, force=force, chip=chip, iters=iters,
                             miniatures=miniatures)
+
+
+def _vision_config(model, config, train_mode):
+    """(model id, config.json, folder, mode) of a model whose config has a vision part (a
+    local folder or config.json, or a Hub id whose image facts mlxfit ships); None otherwise."""
+    from pathlib import Path
+
+    from .model.images import shipped_image_facts
+    from .model.preference import read_yaml
+    from .model.vision_run import folder_config
+    from .modes import for_model
+
+    spec = model or (read_yaml(Path(config)).get("model") if config else None)
+    local = folder_config(spec)
+    if local is not None:
+        found = (str(spec), local[0], local[1])
+    elif spec and str(spec).lower() in shipped_image_facts():
+        from .model.resolve import resolve_model
+
+        found = (str(spec), resolve_model(str(spec)).config, None)
+    else:
+        return None
+    mode = for_model(found[1], train_mode)
+    return None if mode is None else (*found, mode)
 
 
 def _size(value):

@@ -473,8 +473,8 @@ def test_the_answer_draws_nothing_and_nothing_below_imports_it():
     from test_estimate_plan import import_graph
 
     graph = import_graph()
-    # probe's answer, the preference modes' beside it, and the Python API above both
-    stage = ("mlxfit.answer", "mlxfit.answer_preference", "mlxfit.api")
+    # probe's answer, the preference modes' and a vision-language model's beside it, and the Python API above them
+    stage = ("mlxfit.answer", "mlxfit.answer_preference", "mlxfit.answer_vision", "mlxfit.api")
     for module in stage:
         assert not {d for d in graph[module] if d.startswith(("mlxfit.render", "mlxfit.cli"))}, module
     for module in stage:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from mlxfit.errors import BadInput
-from mlxfit.modes import DEFAULT, get_mode, names
-from mlxfit.modes.base import MLX_LM, MLX_LM_LORA, Mode
+from mlxfit.modes import DEFAULT, for_model, get_mode, listed, names
+from mlxfit.modes.base import MLX_LM, MLX_LM_LORA, MLX_VLM, Mode
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mlxfit"
 
@@ -25,8 +25,18 @@ def test_every_module_in_modes_is_a_mode_found_by_its_name():
 def test_mlx_lm_lora_modes_hold_their_trainers_facts():
     # mlx_lm_lora/train.py load_reference_model: DPO and GRPO load a reference.
     assert {n for n in names() if get_mode(n).reference} == {"dpo", "grpo"}
-    assert all(get_mode(n).trainer == MLX_LM_LORA for n in names() if n != DEFAULT)
-    assert [n for n in names() if not get_mode(n).compiled] == ["cpo"]
+    assert all(get_mode(n).trainer == MLX_LM_LORA for n in listed() if n != DEFAULT)
+    assert [n for n in listed() if not get_mode(n).compiled] == ["cpo"]
+
+
+def test_a_vision_language_model_chooses_mlx_vlms_mode_and_train_mode_does_not_list_it():
+    vision = {"model_type": "qwen2_vl", "vision_config": {}}
+    chosen = for_model(vision, None)
+    assert get_mode(chosen).trainer == MLX_VLM and get_mode(chosen).command == "mlx_vlm.train"
+    assert chosen not in listed() and chosen in names()
+    assert for_model({"model_type": "llama"}, None) is None
+    with pytest.raises(BadInput, match="not covered"):
+        for_model(vision, "dpo")
 
 
 def test_a_mode_not_covered_is_refused_in_one_line():

@@ -159,3 +159,14 @@ def write_data(folder: Path, size: tuple[int, int], images: int = 1, rows: int =
             {"role": "assistant", "content": answer}]})
     (folder / "train.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     return folder
+
+
+if __name__ == "__main__":
+    # python tests/tiny_vlms.py FOLDER [FAMILY]: a tiny VLM's config, tokenizer and processor
+    # files in FOLDER (no weights) and FOLDER/data/train.jsonl with four 448x448 images.
+    import sys
+
+    target = Path(sys.argv[1])
+    write_model(target, sys.argv[2] if len(sys.argv) > 2 else "qwen2_vl")
+    write_data(target / "data", (448, 448))
+    print(f"wrote {target} and {target / 'data'}")

@@ -10,6 +10,7 @@ from ..errors import BadInput
 from ..model.training import FINE_TUNE_TYPES, OPTIMIZERS
 from . import preference
 from .preference import preference_options
+from .vision import vision_options
 from .options import (
     CONTEXT_SETTINGS,
     get_machine,
@@ -99,6 +100,7 @@ def _default(name):
 @click.option("--chip", metavar="CHIP", help='The Apple chip the run is timed for ("M3 Max"); default: this machine, or the one chip sold with --memory\'s size.')
 @click.option("-v", "--verbose", is_flag=True, help="The whole answer: each estimate's parts and bars, the rule of thumb, the alternatives and each change alone (--json always has them).")
 @preference_options
+@vision_options
 @machine_options
 @json_option
 @handle_errors

@@ -45,6 +45,10 @@ def print_answer(answer, json_: bool, verbose: bool = False) -> None:
         from .options import print_json
 
         print_json(answer.to_dict())
+    elif answer.run.spec.chosen_by_model:  # a vision-language model's (mlx-vlm)
+        from .vision import print_answer as print_vision
+
+        print_vision(answer, verbose)
     else:
         from ..render.preference import render
 

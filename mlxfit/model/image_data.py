@@ -83,6 +83,15 @@ class ImageData:
     def images(self) -> int:
         return sum(len(e.image_sizes) for e in self.examples)
 
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return {"file": self.path, "rows": len(self.examples), "images": self.images,
+                "widest_batch": asdict(self.widest) if self.widest else None,
+                "truncated_rows": [i + 1 for i in self.truncated], "refused_rows": [i + 1 for i in self.refused],
+                "text_counted_by": self.text_counted_by, "max_seq_length": self.max_seq_length,
+                "batch_size": self.batch_size}
+
 
 def approximate_text_tokens(conversation: list, images: int) -> int:
     """Without a tokenizer: characters / 4, and 4 per message for the template."""

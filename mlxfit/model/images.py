@@ -283,6 +283,24 @@ def stand_in_images(rules: Rules, size: tuple[int, int] | None = None, images: i
     return StandInImages(chosen, size is None, images, rules.grid(*chosen))
 
 
+QWEN_TEMPORAL_PATCH = 2  # mlx_vlm/models/qwen3_vl/processing_qwen3_vl.py: temporal_patch_size
+
+
+def pixel_values_shape(rules: Rules, grids: list[ImageGrid]) -> tuple:
+    """The shape of one example's pixel_values as the family's processor returns them
+    (benchmarks/results/vision_measured.json holds mlx-vlm's own): Qwen-VL flattens every
+    image's patches into (patches, 3 x temporal x patch x patch); tiling families stack
+    (1, views, 3, tile, tile); fixed-size ones (images, 3, height, width)."""
+    if not grids:
+        return ()
+    if isinstance(rules, QwenRules):
+        return (sum(g.patches for g in grids), 3 * QWEN_TEMPORAL_PATCH * rules.patch_size**2)
+    h, w = grids[0].pixel_shape
+    if isinstance(rules, TileRules):
+        return (1, sum(g.views for g in grids), 3, h, w)
+    return (len(grids), 3, h, w)
+
+
 def _positive(width: int, height: int) -> None:
     if width < 1 or height < 1:
         raise BadInput(f"an image of {width}x{height} pixels has no area")

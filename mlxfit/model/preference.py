@@ -16,11 +16,11 @@ from pathlib import Path
 
 from ..errors import BadInput, MlxfitError
 from ..files import read_text
-from ..modes import DEFAULT, get_mode, names, of_trainer
+from ..modes import DEFAULT, get_mode, listed, of_trainer
 from ..modes.base import MLX_LM_LORA
 from .training import TrainingConfig
 
-MODES = names()  # covered here (one module each in mlxfit/modes/); mlx-lm-lora has more
+MODES = listed()  # covered here (one module each in mlxfit/modes/); mlx-lm-lora has more
 # mlx_lm_lora/train.py run(): load_reference_model for these modes (of those covered),
 # a second full copy of --model unless --reference-model-path names another model.
 REFERENCE_MODES = tuple(n for n in MODES if get_mode(n).reference)

@@ -80,6 +80,11 @@ class VisionTraining:
         if self.max_seq_length < 2:
             raise BadInput(f"--max-seq-length must be at least 2, got {self.max_seq_length}")
 
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
 
 @dataclass(frozen=True)
 class VisionTower:

@@ -1,6 +1,7 @@
 """The training modes, one module each, as mlx-lm keeps its model types in `models/`:
 `sft.py` is mlx-lm's SFT (mlx_lm.lora), `dpo.py`, `cpo.py`, `orpo.py` and `grpo.py`
-mlx-lm-lora's (mlx_lm_lora.train). Each module holds one `MODE`, a `base.Mode`: what
+mlx-lm-lora's (mlx_lm_lora.train), `vlm.py` mlx-vlm's (mlx_vlm.train, taken when the
+model has a vision part). Each module holds one `MODE`, a `base.Mode`: what
 the rest of mlxfit asks of a mode (its trainer, its phases, its changes, its evidence
 range, its measuring step, its flags). A mode is found by its name, importing the module
 of that name as mlx-lm's `_get_classes` does; adding a mode is adding one module here.
@@ -39,3 +40,22 @@ def names() -> tuple[str, ...]:
 def of_trainer(trainer: str) -> tuple[str, ...]:
     """The modes `trainer` (a package: mlx_lm, mlx_lm_lora) runs."""
     return tuple(n for n in names() if get_mode(n).trainer == trainer)
+
+
+def listed() -> tuple[str, ...]:
+    """The modes --train-mode chooses among (a mode the model chooses is not listed)."""
+    return tuple(n for n in names() if not get_mode(n).chosen_by_model)
+
+
+def for_model(config: dict | None, train_mode: str | None) -> str | None:
+    """The mode the model itself chooses (a vision part: mlx-vlm's), None where the
+    flags choose; BadInput for another --train-mode with such a model."""
+    from ..model.vision import has_vision
+
+    if not has_vision(config or {}):
+        return None
+    chosen = next(n for n in names() if get_mode(n).chosen_by_model)
+    if train_mode not in (None, DEFAULT, chosen):
+        raise BadInput(f"--train-mode {train_mode} of a vision-language model is not covered: mlxfit sizes "
+                       f"{get_mode(chosen).command}'s SFT (leave --train-mode out)")
+    return chosen

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 MLX_LM = "mlx_lm"  # mlx_lm.lora: SFT, estimated by method, measured whole or by slice
 MLX_LM_LORA = "mlx_lm_lora"  # mlx_lm_lora.train: one run, estimated phase by phase
+MLX_VLM = "mlx_vlm"  # mlx_vlm.train: a vision-language model's run, chosen by the model, not by --train-mode
+COMMANDS = {MLX_LM: "mlx_lm.lora", MLX_LM_LORA: "mlx_lm_lora.train", MLX_VLM: "mlx_vlm.train"}
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class Mode:
     counted_on_miniature: bool = False  # its logits buffers are counted on a miniature of the model
     data_kind: str | None = None  # what its --data rows hold
     step_is_mlx_lm: bool = False  # its step is mlx-lm's SFT step (sized as one), run by another trainer
+    chosen_by_model: bool = False  # taken when the model has a vision part; never listed by --train-mode
 
     @property
     def trainer_mode(self) -> str:
@@ -34,7 +37,7 @@ class Mode:
 
     @property
     def command(self) -> str:
-        return "mlx_lm.lora" if self.trainer == MLX_LM else "mlx_lm_lora.train"
+        return COMMANDS[self.trainer]
 
     @property
     def by_mlx_lm(self) -> bool:

@@ -1,0 +1,102 @@
+"""probe of a vision-language model end to end (mlx-vlm): the answer's parts and images,
+its JSON in the one shape, --data of images, --measure against mlx-vlm's own trainer,
+bad input in one line, and the line without mlx-vlm."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("mlx_vlm")
+
+import tiny_vlms  # noqa: E402
+from mlxfit.cli.main import cli  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("vlm") / "qwen2_vl"
+    tiny_vlms.write_model(folder, "qwen2_vl")
+    return folder
+
+
+def probe(*args):
+    return CliRunner().invoke(cli, ["probe", *map(str, args)])
+
+
+def test_the_answer_shows_the_parts_images_and_verdict(qwen):
+    r = probe(qwen, "--memory", "16GB", "--image-size", "448x448", "--images-per-example", "2", "-v")
+    assert r.exit_code == 0, r.output
+    assert "mlx_vlm.train lora" in r.output
+    assert "2 per example of 448x448" in r.output and "512 image tokens per example" in r.output
+    assert "vision tower" in r.output and "language model (block)" in r.output and "cached rows" in r.output
+    assert re.search(r"Verdict\s+fits", r.output)
+
+
+def test_json_has_the_shape_of_every_answer(qwen):
+    sft = json.loads(probe(ROOT / "examples" / "tiny-llama", "--num-layers", "4", "--memory", "16GB", "--json").output)
+    r = probe(qwen, "--memory", "16GB", "--json")
+    d = json.loads(r.output)
+    assert set(d) == set(sft)
+    e = d["estimate"]
+    assert e["predicted_peak_bytes"] == max(p["bytes"] for p in e["phases"])
+    assert {p["name"] for p in e["phases"]} >= {"vision tower", "language model (loss)", "optimizer update"}
+    assert d["run"]["command"] == "mlx_vlm.train" and d["run"]["image_size_is_default"]
+    # a 1024x768 photo, each side rounded to a multiple of 28 (smart_resize): 1036 / 28 x 756 / 28 tokens
+    assert d["run"]["image_tokens"] == 37 * 27 and d["verdict"] == "fits"
+
+
+@pytest.mark.parametrize("size", ["12by3", "0x10", "448"])
+def test_a_bad_image_size_is_one_line(qwen, size):
+    r = probe(qwen, "--image-size", size)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert r.output.strip().splitlines()[-1].startswith("Error: --image-size")
+
+
+def test_image_flags_of_a_text_model_are_refused(qwen):
+    r = probe(ROOT / "examples" / "tiny-llama", "--image-size", "448x448")
+    assert r.exit_code == 2 and "no vision part" in r.output
+
+
+def test_data_of_images_says_which_rows_mlx_vlm_would_refuse(qwen, tmp_path):
+    data = tiny_vlms.write_data(tmp_path / "data", (448, 448), images=1, rows=2)
+    d = json.loads(probe(qwen, "--data", data, "--max-seq-length", "200", "--json").output)
+    assert d["data"]["refused_rows"] == [1, 2]  # 256 image tokens cannot fit in 200
+    r = probe(qwen, "--data", data)
+    assert r.exit_code == 0 and "256 image" in r.output
+
+
+def test_measure_agrees_with_mlx_vlms_trainer(qwen, tmp_path, monkeypatch):
+    tiny_vlms.write_data(tmp_path / "data", (448, 448), images=1, rows=2)
+    monkeypatch.chdir(tmp_path)  # relative paths, as typed: the child runs in a folder of its own
+    d = json.loads(probe(qwen, "--data", "data", "--measure", "--json").output)
+    m = d["measured"]
+    assert m["steps"] == 3 and m["vision_tokens"] == [256] * 3
+    assert abs(m["error"]) < 0.15
+
+
+def test_without_mlx_vlm_one_line_names_the_extra(qwen, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlx_vlm" else real(name, *a))
+    r = probe(qwen)
+    assert r.exit_code == 1 and "mlxfit[vlm]" in r.output and "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_the_range_holds_every_measured_run():
+    """estimate/vision.py's EVIDENCE spans measured / predicted of benchmarks/results/vision.md."""
+    from mlxfit.estimate.vision import EVIDENCE
+
+    rows = re.findall(r"\| ([\d.]+) \| ([\d.]+) \| [+-][\d.]+% \|$", (ROOT / "benchmarks/results/vision.md").read_text(), re.M)
+    ratios = [float(m) / float(p) for p, m in rows]
+    assert len(ratios) >= 35
+    assert EVIDENCE[0] <= min(ratios) and max(ratios) <= EVIDENCE[1]
+    assert min(ratios) - EVIDENCE[0] < 0.01 and EVIDENCE[1] - max(ratios) < 0.01
