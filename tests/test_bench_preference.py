@@ -200,7 +200,7 @@ def test_sft_rows_and_files_keep_their_columns(model_folder, platform, tmp_path)
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--beta", "0.2"], "--beta is mlx_lm_lora.train's: add --train-mode dpo, cpo, orpo or grpo"),
+    (["--beta", "0.2"], "--beta is mlx_lm_lora.train's: add --train-mode dpo, cpo, orpo, grpo or lora_sft"),
     (["--train-mode", "dpo", "--method", "qlora"], "--method is mlx_lm.lora's"),
     (["--train-mode", "dpo", "--bits", "8"], "--bits is mlx_lm.lora's"),
     (["--train-mode", "grpo", "--max", "batch_size"], "--max is for sft runs"),

@@ -61,14 +61,9 @@ class Mode:
                     "remove the malformed lines")
         return None
 
-    # -- its phases ----------------------------------------------------------------------
-    def estimate(self, model, run, backend, length=None, reference=None, prompt_length=None, count_new=True,
-                 counted=None, *, miniatures=False):
-        """The run's peak, phase by phase (mlxfit/estimate/preference.py)."""
-        from ..estimate import preference
-
-        return preference.estimate_run(model, run, backend, length, reference, prompt_length, count_new, counted,
-                                       miniatures=miniatures)
+    # -- its phases: estimate/preference.py estimate_run reads them from the flags above
+    # (pairs, rollout, reference, float32_scores, step_is_mlx_lm); a mode with its own step
+    # (modes/vlm.py) defines `estimate`. Kept out of this base so that no import circles back.
 
     # -- its candidate changes -----------------------------------------------------------
     def own_changes(self, model, run) -> list:
