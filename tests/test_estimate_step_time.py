@@ -287,3 +287,12 @@ def test_probe_of_a_preference_mode_gives_its_time(mode):
     result = CliRunner().invoke(cli, ["probe", "Qwen/Qwen3-0.6B", "--train-mode", mode, "--memory", "36GB",
                                       "--chip", "M3 Max", "--iters", "200"])
     assert result.exit_code == 0 and "for 200 iterations on an M3 Max" in " ".join(result.output.split())
+
+
+def test_evaluations_are_counted_as_train_evaluates_without_listing_them():
+    from mlxfit.estimate.run_time import evaluations
+
+    for iters in range(1, 300):
+        for every in range(1, 40):
+            assert evaluations(iters, every) == len({1, iters} | set(range(every, iters + 1, every)))
+    assert evaluations(5 * 10**11, 200) == 2_500_000_001  # a plan's batch 2 of a batch of 10^9: no list of them

@@ -573,9 +573,12 @@ def short_fit_words(fit) -> str:
     return "every length" if fit.every_length else f"up to {tokens(fit.tokens)}"
 
 
-def unverified_notes(plan: Plan) -> list[str]:
-    """Why a range is wider than the estimate's spread: what it counts unverified on this backend."""
+def unverified_notes(plan: Plan, brief: bool = False) -> list[str]:
+    """Why a range is wider than the estimate's spread: what it counts unverified on this
+    backend (`brief`: one line each, the why with -v)."""
     found = {u.mechanism: u.why for e in plan.estimates if not e.cannot for u in e.unverified}
+    if brief:
+        return [f"[yellow]The range covers the {mechanism} and its absence[/] (-v: why)." for mechanism in found]
     return [f"[yellow]The range spans the {mechanism} and its absence[/]: {why}." for mechanism, why in found.items()]
 
 
@@ -625,7 +628,7 @@ def render_verdicts(plan: Plan, longest=()) -> None:
         if e.cannot:
             reasons.setdefault(e.cannot, []).append(method_label(e.method, plan.training))
     notes += [f"[yellow]{', '.join(labels)}[/]: {reason}{stand}" for reason, labels in reasons.items()]
-    notes += unverified_notes(plan)
+    notes += unverified_notes(plan, brief=True)
     for note in notes:
         print_hanging(note, indent=2)
 
@@ -639,7 +642,7 @@ def render_brief_remedies(plan: Plan) -> None:
         console.print(f"[bold]The plan that fits {label} at the least cost{more}:[/]")
         render_option(best, plan)
         if plan.model.quantized and plan.training.fine_tune_type == "full":
-            print_hanging(f"[dim]Full fine-tuning itself needs the 16-bit base: {FULL_ON_QUANTIZED_REMEDY}.[/]", indent=0)
+            print_hanging("[dim]Full fine-tuning itself needs the 16-bit base: mlx_lm.convert --dequantize it.[/]", indent=0)
     elif plan.model.architecture is not None and all(e.cannot for e in plan.estimates):
         print_hanging("[bold]mlx-lm builds this model (its parameters are counted from it) but cannot train it by "
                       "any method, so nothing is sized.[/]", indent=0)
