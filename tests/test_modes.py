@@ -70,3 +70,14 @@ def test_mode_names_are_written_only_in_the_mode_modules():
             if (isinstance(node, ast.Constant) and node.value in names() and id(node) not in allowed):
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
     assert not found, "mode names outside mlxfit/modes/ (ask the mode instead):\n" + "\n".join(found)
+
+
+def test_lora_sft_is_said_as_mlx_lm_lora_runs_it_and_judged_on_mlx_lm_s_range():
+    from click.testing import CliRunner
+
+    from mlxfit.cli.main import cli
+
+    out = CliRunner().invoke(cli, ["probe", "Qwen/Qwen3-0.6B", "--train-mode", "lora_sft", "--memory", "16GiB",
+                                   "--backend", "cpu"], catch_exceptions=False).output
+    assert "mlx_lm_lora.train --train-mode sft" in out and "rows of 2048 tokens" in out
+    assert "mlx-lm's SFT range on the cpu backend" in out and "LORA_SFT" not in out

@@ -17,14 +17,14 @@ from .time import render_time
 
 def run_words(run, estimate) -> list[str]:
     t = run.training
-    words = [f"mlx_lm_lora.train --train-mode {run.mode}", t.fine_tune_type + (f" on a {t.bits}-bit base" if t.quantize else ""),
+    words = [f"mlx_lm_lora.train --train-mode {run.spec.trainer_mode}", t.fine_tune_type + (f" on a {t.bits}-bit base" if t.quantize else ""),
              f"batch {t.batch_size}", f"layers {'all' if t.num_layers == -1 else t.num_layers}"]
     if run.spec.rollout:
         words += [f"group {run.group_size}", f"completions up to {run.max_completion_length}",
                   f"prompt {estimate.prompt_length}" + (" (assumed; --data or --prompt-length)" if estimate.prompt_assumed else ""),
                   f"beta {run.beta:g}"]
     else:
-        words.append(f"pairs of {estimate.length} tokens")
+        words.append(f"{'pairs' if run.spec.pairs else 'rows'} of {estimate.length} tokens")
         if run.has_reference:  # beta scales the log ratio against the reference
             words.append(f"beta {run.beta:g}")
     if t.grad_checkpoint:
@@ -121,6 +121,8 @@ def render_verdict(run, estimate, usable) -> None:
               + (", logits counted" if estimate.logits_buffers is not None else "")
               + ("" if estimate.backend == "cpu" else
                  f", widened by the {estimate.backend} SFT spread: no public {estimate.backend} run of this mode was found"))
+    if run.spec.step_is_mlx_lm:
+        spread = f"mlx-lm's SFT range on the {estimate.backend} backend: the step is mlx-lm's"
     print_hanging(f"[bold]Verdict[/]  {verdict_markup(v)}: the peak is the {peak.name.split(':')[0]}, "
                   f"{format_size(estimate.peak_bytes)} (range {format_size(low)}–{format_size(high)}: {spread}) "
                   f"against a budget of {format_gb(usable)}")
