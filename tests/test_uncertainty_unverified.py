@@ -57,4 +57,7 @@ def test_gated_delta_range_covers_the_mac_report():
 def test_text_says_why_the_range_is_wider():
     result = CliRunner().invoke(cli, ["probe", "--model", "Qwen/Qwen3-1.7B", "--backend", "metal", "--memory", "36GB"],
                                 catch_exceptions=False)
-    assert "The range spans the fused cross-entropy and its absence" in " ".join(result.output.split())
+    assert "The range covers the fused cross-entropy and its absence (-v: why)." in " ".join(result.output.split())
+    verbose = CliRunner().invoke(cli, ["probe", "--model", "Qwen/Qwen3-1.7B", "--backend", "metal", "--memory", "36GB",
+                                       "-v"], catch_exceptions=False)
+    assert "The range spans the fused cross-entropy and its absence: MLX from 0.32.3" in " ".join(verbose.output.split())
