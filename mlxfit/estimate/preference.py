@@ -46,8 +46,9 @@ from ..measure.miniature import logits_buffers, logits_buffers_many
 from ..model.preference import EFFICIENT_STEP, PreferenceRun
 from ..model.resolve import ModelInfo
 from .detailed import Breakdown, counted_totals, dtype_bytes
+from .phases import Phase, Phased
 from .reference import reference_bytes
-from .verdict import Verdict, judge
+from .verdict import Verdict
 
 KV_STEP = 256  # mlx_lm/models/cache.py KVCache.step: the cache grows in these
 DEFAULT_PROMPT = 256  # GRPO without --data or --prompt-length: an assumed prompt, said so
@@ -63,17 +64,7 @@ def bucket_sequence_length(length: int, alignment: int = 64) -> int:
 
 
 @dataclass(frozen=True)
-class Phase:
-    name: str
-    parts: dict  # name -> bytes, resident parts included
-
-    @property
-    def bytes(self) -> int:
-        return sum(self.parts.values())
-
-
-@dataclass(frozen=True)
-class PreferenceEstimate:
+class PreferenceEstimate(Phased):
     run: PreferenceRun
     backend: str
     phases: tuple[Phase, ...]
@@ -83,20 +74,9 @@ class PreferenceEstimate:
     logits_buffers: float | None = None  # counted on a miniature (mlxfit/measure/miniature.py); None: fitted
 
     @property
-    def peak(self) -> Phase:
-        return max(self.phases, key=lambda p: p.bytes)
-
-    @property
-    def peak_bytes(self) -> int:
-        return self.peak.bytes
-
-    @property
     def range_bytes(self) -> tuple[int, int]:
         """The peak's range on this mode's evidence (mlxfit/estimate/uncertainty.py)."""
         return self.run.spec.evidence_range(self.peak_bytes, self.backend, counted=self.logits_buffers is not None)
-
-    def verdict(self, usable_bytes: int) -> Verdict:
-        return judge(*self.range_bytes, usable_bytes)
 
     def to_dict(self) -> dict:
         return {

@@ -43,6 +43,7 @@ from ..model.training import TrainingConfig
 from ..model.vision import PIXEL_MASK_FAMILIES, VisionModelInfo, VisionTraining, adapter_elements, padded_width
 from ..runtime import Runtime
 from . import detailed
+from .phases import Phase, Phased
 
 # Fitted on benchmarks/vision.py's design set (see docs/vision.md "Memory").
 COEFFICIENTS = {
@@ -177,17 +178,7 @@ def evidence_range(peak_bytes: int) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class Phase:
-    name: str
-    parts: dict
-
-    @property
-    def bytes(self) -> int:
-        return sum(self.parts.values())
-
-
-@dataclass(frozen=True)
-class VisionEstimate:
+class VisionEstimate(Phased):
     """A vision-language run's step, moment by moment (its phases), as a mode's estimate."""
 
     run: object  # model.vision.VisionRun
@@ -196,21 +187,8 @@ class VisionEstimate:
     breakdown: VisionBreakdown
 
     @property
-    def peak(self) -> Phase:
-        return max(self.phases, key=lambda p: p.bytes)
-
-    @property
-    def peak_bytes(self) -> int:
-        return self.peak.bytes
-
-    @property
     def range_bytes(self) -> tuple[int, int]:
         return self.run.spec.evidence_range(self.peak_bytes, self.backend)
-
-    def verdict(self, usable_bytes: int):
-        from .verdict import judge
-
-        return judge(*self.range_bytes, usable_bytes)
 
     def to_dict(self) -> dict:
         f = self.breakdown.features
