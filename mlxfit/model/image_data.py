@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import BadInput
+from ..files import read_text
 from .images import Rules
 
 PAD_TO = 32  # mlx_vlm/trainer/vlm/config.py: VLMTrainingArgs.pad_to_multiple
@@ -179,11 +180,7 @@ def _rows(path: Path, split: str) -> tuple[list[dict], Path]:
     else:
         raise BadInput(f"--data {path}: no such file or folder")
     rows = []
-    try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise BadInput(f"--data {file}: cannot be read ({error})") from None
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(read_text(file, "--data", BadInput).splitlines(), 1):
         if not line.strip():
             continue
         try:
