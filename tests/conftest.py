@@ -135,3 +135,36 @@ def full_disk(monkeypatch):
 
     monkeypatch.setattr(os, "open", opening)
     return folders.append
+
+
+def graph_peak(fn, *args):
+    """The graph's own peak: mx.eval made to wait for the CPU worker after each task (a
+    memory limit of 0, mlxfit/measure/steps.py evaluated_synchronously), so the outputs that the
+    main thread allocates ahead of the worker (up to ten tasks of them, more the slower the
+    worker: benchmarks/trace_peak.py) do not depend on the machine's load."""
+    import mlx.core as mx
+
+    mx.eval(*args)
+    mx.synchronize()
+    mx.clear_cache()
+    mx.reset_peak_memory()
+    base = mx.get_active_memory()
+    limit = mx.set_memory_limit(0)
+    try:
+        mx.eval(fn(*args))
+    finally:
+        mx.set_memory_limit(limit)
+    return mx.get_peak_memory() - base
+
+
+@pytest.fixture
+def model_with_tokenizer(tmp_path, tokenizer_folder):
+    """A tiny float32 llama folder with the real tiny tokenizer beside its config."""
+    import shutil
+
+    from tiny_configs import TINY
+
+    folder = tmp_path / "model"
+    shutil.copytree(tokenizer_folder, folder)
+    (folder / "config.json").write_text(json.dumps(dict(TINY["llama"], vocab_size=256, torch_dtype="float32")))
+    return folder

@@ -27,6 +27,7 @@ EVIDENCE = Path(__file__).resolve().parent.parent / "benchmarks" / "evidence"
 sys.path.insert(0, str(EVIDENCE.parent))
 
 import mac_runs as ev  # noqa: E402  (benchmarks/mac_runs.py: the public Mac runs, reproduced)
+from conftest import graph_peak  # noqa: E402
 
 
 def _rows(name):
@@ -34,26 +35,6 @@ def _rows(name):
 
 
 # -- mechanisms, on the CPU backend -------------------------------------------------------
-
-def _peak_of(fn, *args):
-    """The graph's own peak: mx.eval made to wait for the CPU worker after each task (a
-    memory limit of 0, mlxfit/measure/steps.py evaluated_synchronously), so the outputs that the
-    main thread allocates ahead of the worker (up to ten tasks of them, more the slower the
-    worker: benchmarks/trace_peak.py) do not depend on the machine's load."""
-    import mlx.core as mx
-
-    mx.eval(*args)
-    mx.synchronize()
-    mx.clear_cache()
-    mx.reset_peak_memory()
-    base = mx.get_active_memory()
-    limit = mx.set_memory_limit(0)
-    try:
-        mx.eval(fn(*args))
-    finally:
-        mx.set_memory_limit(limit)
-    return mx.get_peak_memory() - base
-
 
 def _attention_grad(blocks: int, checkpoint: bool, d: int):
     import mlx.core as mx
@@ -79,7 +60,7 @@ def test_unfused_attention_keeps_one_probability_tensor_per_block(checkpoint):
     q = mx.random.normal((B, H, T, d), key=mx.random.key(0)).astype(mx.bfloat16)
     P = B * H * T * T * 2
     with mx.stream(mx.cpu):
-        four, eight = (_peak_of(_attention_grad(n, checkpoint, d), q) for n in (4, 8))
+        four, eight = (graph_peak(_attention_grad(n, checkpoint, d), q) for n in (4, 8))
     per_block = (eight - four) / 4 / P
     if checkpoint:
         assert per_block < 0.3
@@ -99,7 +80,7 @@ def test_unfused_cross_entropy_holds_twice_the_logits_on_cpu():
     targets = mx.random.randint(0, V, (B, T), key=mx.random.key(2))
     grad = mx.grad(lambda x: nn.losses.cross_entropy(x, targets).astype(mx.float32).sum())
     with mx.stream(mx.cpu):
-        ratio = _peak_of(grad, logits) / (B * T * V * 2)
+        ratio = graph_peak(grad, logits) / (B * T * V * 2)
     assert 1.8 < ratio < 2.3
 
 

@@ -4,13 +4,12 @@ is counted (mlxfit/estimate/validation.py) and compared with the training step's
 
 import inspect
 import json
-import shutil
 
 import pytest
 
 from mlxfit.estimate.validation import VAL_BATCHES, forward_parts
 from mlxfit.model.training import TrainingConfig
-from conftest import LINUX_CPU
+from conftest import LINUX_CPU, graph_peak
 from test_probe_data import probe_json
 from tiny_configs import TINY
 
@@ -24,14 +23,6 @@ def test_mlx_lm_validates_val_batches_random_batches_forward_only():
     source = inspect.getsource(trainer.evaluate)
     assert "model.eval()" in source and "value_and_grad" not in source and "num_batches" in source
     assert "it == 1" in inspect.getsource(trainer.train)  # the first pass, before any update
-
-
-@pytest.fixture
-def model_with_tokenizer(tmp_path, tokenizer_folder):
-    folder = tmp_path / "model"
-    shutil.copytree(tokenizer_folder, folder)
-    (folder / "config.json").write_text(json.dumps(dict(TINY["llama"], vocab_size=256, torch_dtype="float32")))
-    return folder
 
 
 def _data(tmp_path, valid_words: int):
@@ -89,16 +80,7 @@ def test_forward_only_peak_is_what_the_count_holds():
     batch = mx.random.randint(0, 4096, (B, N), key=mx.random.key(3))
     lengths = mx.array([[0, N]] * B)
     with mx.stream(mx.cpu):
-        mx.synchronize()
-        mx.clear_cache()
-        mx.reset_peak_memory()
-        base = mx.get_active_memory()
-        limit = mx.set_memory_limit(0)
-        try:
-            mx.eval(default_loss(model, batch, lengths))
-        finally:
-            mx.set_memory_limit(limit)
-        held = mx.get_peak_memory() - base
+        held = graph_peak(default_loss, model, batch, lengths)
     parts = forward_parts(model_info, TrainingConfig(batch_size=B), N, "cpu")
     assert parts["logits"] <= held <= sum(parts.values())
     assert isinstance(model, nn.Module)

@@ -158,6 +158,12 @@ def test_qwen_pixel_caps():
     assert capped.grid(4000, 3000).tokens <= 512
 
 
+def _patches_of_14(out):
+    """What a tower of 14-pixel patches over the whole resized image sees: patches, pixels, views."""
+    _, _, h, w = out["pixel_values"].shape
+    return (h // 14) * (w // 14), (h, w), out["pixel_values"].shape[0]
+
+
 def test_gemma3_tokens_are_the_processors(tmp_path):
     from mlx_vlm.models.gemma3.processing_gemma3 import Gemma3Processor
 
@@ -166,11 +172,7 @@ def test_gemma3_tokens_are_the_processors(tmp_path):
     processor = Gemma3Processor.from_pretrained(str(_folder(tmp_path, config, GEMMA3_PREPROCESSOR, own)))
     rules = image_rules(config, {**GEMMA3_PREPROCESSOR, "processor": own})
 
-    def tower(out):
-        _, _, h, w = out["pixel_values"].shape
-        return (h // 14) * (w // 14), (h, w), out["pixel_values"].shape[0]
-
-    _check(rules, processor, "<start_of_image>", "<image_soft_token>", tower)
+    _check(rules, processor, "<start_of_image>", "<image_soft_token>", _patches_of_14)
     assert rules.grid(640, 480) == ImageGrid(256, 4096, (896, 896))
 
 
@@ -186,11 +188,7 @@ def test_paligemma_tokens_are_the_processors(tmp_path):
     processor = PaliGemmaProcessor.from_pretrained(str(_folder(tmp_path, config, PALIGEMMA_PREPROCESSOR)))
     rules = image_rules(config, PALIGEMMA_PREPROCESSOR)
 
-    def tower(out):
-        _, _, h, w = out["pixel_values"].shape
-        return (h // 14) * (w // 14), (h, w), out["pixel_values"].shape[0]
-
-    _check(rules, processor, "<image>", "<image>", tower)
+    _check(rules, processor, "<image>", "<image>", _patches_of_14)
     # (image_size / patch)² where the image processor does not say
     bare = {k: v for k, v in PALIGEMMA_PREPROCESSOR.items() if k not in ("image_seq_length", "size")}
     assert image_rules({"model_type": "paligemma", "vision_config": {"image_size": 448, "patch_size": 14}}, bare).grid(9, 9).tokens == 1024
@@ -203,11 +201,7 @@ def test_llava_tokens_are_the_processors(tmp_path):
     processor = LlavaProcessor.from_pretrained(str(_folder(tmp_path, config, LLAVA_PREPROCESSOR, LLAVA_PROCESSOR)))
     rules = image_rules(config, {**LLAVA_PREPROCESSOR, "processor": LLAVA_PROCESSOR})
 
-    def tower(out):
-        _, _, h, w = out["pixel_values"].shape
-        return (h // 14) * (w // 14), (h, w), out["pixel_values"].shape[0]
-
-    _check(rules, processor, "<image>", "<image>", tower)
+    _check(rules, processor, "<image>", "<image>", _patches_of_14)
     assert rules.grid(1000, 500).tokens == 576
 
 

@@ -1,7 +1,6 @@
 """`probe -c lora.yaml --data DIR`: mlx-lm's config and the user's own data drive the plan."""
 
 import json
-import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -11,15 +10,6 @@ from mlxfit.estimate.detailed import estimate
 from mlxfit.model.resolve import from_folder
 from mlxfit.model.training import TrainingConfig
 from conftest import LINUX_CPU
-from tiny_configs import TINY
-
-
-@pytest.fixture
-def model_with_tokenizer(tmp_path, tokenizer_folder):
-    folder = tmp_path / "model"
-    shutil.copytree(tokenizer_folder, folder)
-    (folder / "config.json").write_text(json.dumps(dict(TINY["llama"], vocab_size=256, torch_dtype="float32")))
-    return folder
 
 
 @pytest.fixture
