@@ -8,20 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Mode
+from .sft import SFT
 
 
 @dataclass(frozen=True)
-class LoraSFT(Mode):
+class LoraSFT(SFT):
+    """mlx-lm's SFT step (its range: SFT.evidence_range) run by mlx-lm-lora's trainer."""
+
     @property
     def trainer_mode(self) -> str:
         return "sft"
-
-    def evidence_range(self, peak_bytes: int, backend: str, counted: bool = False, kind: str | None = None):
-        """mlx-lm's SFT range: the step is mlx-lm's (its blind set: benchmarks/results/preference_blind_3301)."""
-        from ..estimate.uncertainty import predicted_range
-
-        return predicted_range(peak_bytes, backend, kind=kind)
 
     def batch_iterator(self):
         from mlx_lm_lora.trainer.datasets import CacheDataset
@@ -30,9 +26,6 @@ class LoraSFT(Mode):
         # train.py run() wraps the rows so that (tokens, offset) is what the iterator reads.
         return lambda dataset, batch_size, max_seq_length: iterate_batches(CacheDataset(dataset), batch_size,
                                                                            max_seq_length)
-
-    def batch_width(self, batch) -> int:
-        return batch[0].shape[1]
 
     def synthesized(self, rng, vocab: int, n: int, request: dict) -> list:
         # sft_trainer.py iterate_batches pads to 1 + 32 * ceil(longest / 32): L - 1 tokens

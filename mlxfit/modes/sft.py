@@ -10,13 +10,6 @@ from .base import MLX_LM, Mode
 
 @dataclass(frozen=True)
 class SFT(Mode):
-    def estimate(self, model, run, backend, length=None, reference=None, prompt_length=None, count_new=True,
-                 counted=None):
-        """The detailed estimate's Breakdown of one SFT step (`run`: a TrainingConfig)."""
-        from ..estimate.sizing import predict
-
-        return predict(model, run, backend, length=length)[1]
-
     def evidence_range(self, peak_bytes: int, backend: str, counted: bool = False, kind: str | None = None):
         """The detailed estimate's range on SFT's evidence (`kind`: uncertainty.run_kind)."""
         from ..estimate.uncertainty import predicted_range
