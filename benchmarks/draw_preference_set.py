@@ -12,7 +12,7 @@ import sys
 CONFIGS = ["llama-tied-8k", "qwen3-16k", "llama-512-f32", "qwen3-384-f32", "llama-256-bf16"]
 MODES = ["dpo", "cpo", "orpo", "grpo", "lora_sft"]
 FLAGS = [{}, {}, {"batch_size": 2}, {"grad_checkpoint": True}, {"fine_tune_type": "dora"}, {"load_in_4bits": True},
-         {"fine_tune_type": "full"}, {"num_layers": 2}]
+         {"fine_tune_type": "full"}, {"num_layers": 2}, {"fine_tune_type": "full", "load_in_4bits": True}]
 
 
 def draw(seed: int, n: int) -> list:

@@ -207,7 +207,6 @@ def test_sft_rows_and_files_keep_their_columns(model_folder, platform, tmp_path)
     (["--train-mode", "dpo", "--max-completion-length", "16,32"], "--train-mode dpo generates none"),
     (["--train-mode", "grpo", "--max-completion-length", "16,x"], "takes whole numbers"),
     (["--train-mode", "grpo", "--max-completion-length", "0"], "max-completion-length must be at least 1"),
-    (["--train-mode", "dpo", "--train-type", "full", "--load-in-4bits"], "trains a quantized base in full"),
     (["--train-mode", "orpo", "--optimizer", "sgd"], "optimizers are adam, adamw and muon"),
     (["--train-mode", "dpo", "--num-layers", "1,9"], "only has 2 layers"),
 ])

@@ -6,6 +6,7 @@ skip without it (pip install 'mlxfit[rl]')."""
 from __future__ import annotations
 
 import inspect
+import math
 import json
 import shutil
 
@@ -533,3 +534,149 @@ def test_every_check_reaches_dpo_and_grpo_through_the_one_path(mode, flags, mess
     out = probe("Qwen/Qwen3-0.6B", "--train-mode", mode, *flags, exit_code=2)
     assert message.format(mode=mode) in out
     assert len([line for line in out.splitlines() if line.startswith("Error")]) == 1
+
+
+# -- --load-in-Nbits: what mlx-lm-lora quantizes lazily, and what a full fine-tune trains -----
+
+LAZY_RUN = r"""
+import json, os, sys
+from mlxfit.measure.preference_child import supply_working_set_size
+supply_working_set_size()
+import mlx.core as mx
+from mlx.utils import tree_flatten
+if sys.argv[sys.argv.index("--train-mode") + 1] == "cpo":
+    mx.disable_compile()  # as benchmarks/preference.py runs CPO (its compiled step fails on mlx 0.32.4)
+import yaml
+from mlx_lm_lora import train
+loaded = train.from_pretrained
+def from_pretrained(*a, **k):
+    out = loaded(*a, **k)
+    if os.environ["EVALUATE_AFTER_LOADING"] == "1":
+        mx.eval([p for _, p in tree_flatten(out[0].parameters())])
+    return out
+train.from_pretrained = from_pretrained
+trained = train.train_model
+def train_model(*a, **k):
+    mx.reset_peak_memory()  # the first step's peak only, not the loading's
+    return trained(*a, **k)
+train.train_model = train_model
+args = train.build_parser().parse_args(sys.argv[1:])
+for k, v in train.CONFIG_DEFAULTS.items():
+    if getattr(args, k, None) is None:
+        setattr(args, k, v)
+train.run(args)
+print("PEAK", mx.get_peak_memory())
+"""
+
+
+def _model_with_weights(folder, tokenizer_folder, config):
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    from mlxfit.measure.build import random_model
+
+    shutil.copytree(tokenizer_folder, folder)
+    (folder / "config.json").write_text(json.dumps(config))
+    mx.save_safetensors(str(folder / "model.safetensors"), dict(tree_flatten(random_model(config).parameters())))
+    return folder
+
+
+UNTIED_F32 = {"model_type": "qwen3", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+              "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64, "vocab_size": 32768,
+              "rms_norm_eps": 1e-6, "max_position_embeddings": 4096, "rope_theta": 1e6,
+              "tie_word_embeddings": False, "torch_dtype": "float32"}
+
+
+def _first_step_peak(model, tmp_path, mode: str, evaluated: bool) -> int:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    words = " ".join(["the quick brown fox jumps over the lazy dog"] * 7)
+    row = {"text": words} if mode == "sft" else {"prompt": "a dog", "chosen": words, "rejected": words[:150]}
+    (data / "train.jsonl").write_text("\n".join(json.dumps(row) for _ in range(4)) + "\n")
+    argv = ["--model", str(model), "--train", "--data", str(data), "--train-mode", mode, "--iters", "1",
+            "--steps-per-eval", "1000", "--save-every", "1000", "--adapter-path", str(tmp_path / "adapters"),
+            "--load-in-4bits"]
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, EVALUATE_AFTER_LOADING="1" if evaluated else "0",
+               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", LAZY_RUN, *argv], capture_output=True, text=True, cwd=tmp_path,
+                         env=env, timeout=600)
+    peaks = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("PEAK ")]
+    assert peaks, out.stderr[-2000:]
+    return int(peaks[0])
+
+
+@needs_rl
+@pytest.mark.parametrize("mode, trainer_mode", [("dpo", "dpo"), ("lora_sft", "sft"), ("cpo", "cpo")])
+def test_the_lazily_quantized_head_at_the_first_steps_peak(mode, trainer_mode, tmp_path, tokenizer_folder):
+    """Real mlx_lm_lora.train steps on a base quantized at load, with and without the model
+    evaluated right after loading: the difference is what the lazy quantization leaves alive
+    at the first step's peak. DPO and SFT: the whole untied head (16.8 MB here); CPO, which
+    runs uncompiled: nothing. The estimate counts it where it is alive (lazy_head_at_peak)."""
+    from mlxfit.model.resolve import resolve_model
+
+    folder = _model_with_weights(tmp_path / "model", tokenizer_folder, UNTIED_F32)
+    head = UNTIED_F32["vocab_size"] * UNTIED_F32["hidden_size"] * 4
+    lazy = _first_step_peak(folder, tmp_path, trainer_mode, evaluated=False)
+    evaluated = _first_step_peak(folder, tmp_path, trainer_mode, evaluated=True)
+    run = pref.resolve_run(mode, {"load_in_4bits": True}, {})
+    counted = est.estimate_run(resolve_model(str(folder)), run, "cpu", length=80).peak.parts.get(est.LAZY_HEAD, 0)
+    if run.spec.lazy_head_at_peak:
+        assert lazy - evaluated == pytest.approx(head, rel=0.05)
+        assert counted == head
+    else:
+        assert abs(lazy - evaluated) < 0.1 * head
+        assert counted == 0
+
+
+def test_a_base_quantized_at_load_is_held_at_full_precision_while_loading(model_folder):
+    """train.py run(): from_pretrained loads the policy evaluated at full precision and leaves
+    its quantization lazy, then load_reference_model loads a second copy: both at once."""
+    from mlxfit.model.resolve import resolve_model
+
+    model = resolve_model(str(model_folder(UNTIED_F32)))
+    dpo = est.estimate_run(model, pref.resolve_run("dpo", {"load_in_4bits": True}, {}), "cpu", length=80)
+    loading = dpo.phases[0]
+    assert loading.name.startswith("loading: the policy at full precision and the reference")
+    full = loading.parts[est.FULL_PRECISION]
+    assert full == loading.parts["reference copy"] == est.full_precision_bytes(model, dpo.run)
+    plain = est.estimate_run(model, pref.resolve_run("dpo", {}, {}), "cpu", length=80)
+    assert not plain.phases[0].name.startswith("loading") and est.full_precision_bytes(model, plain.run) == 0
+    grpo = est.estimate_run(model, pref.resolve_run("grpo", {"load_in_4bits": True}, {}), "cpu", prompt_length=32)
+    rollout = grpo.phases[0].parts
+    assert rollout["weights (frozen)"] + rollout[est.FULL_PRECISION + ", during the first rollout"] == full
+
+
+@needs_rl
+def test_full_fine_tuning_of_a_base_quantized_at_load_trains_only_the_unquantized(tmp_path, tokenizer_folder):
+    """mlx_lm_lora/utils.py from_pretrained with no LoRA config and --load-in-4bits: nn.quantize's
+    layers freeze what they quantize; what stays trainable is what the estimate counts."""
+    from mlx.utils import tree_flatten
+    from mlx_lm_lora.utils import from_pretrained
+
+    from mlxfit.model.resolve import resolve_model
+
+    config = {**UNTIED_F32, "vocab_size": 1024}
+    folder = _model_with_weights(tmp_path / "model", tokenizer_folder, config)
+    model, _, _ = from_pretrained(str(folder), quantized_load={"bits": 4, "group_size": 128})
+    real = sorted((tuple(v.shape), v.dtype.size) for _, v in tree_flatten(model.trainable_parameters()))
+    run = pref.resolve_run("orpo", {"load_in_4bits": True, "fine_tune_type": "full"}, {})
+    assert sorted(est.unquantized_trainable(resolve_model(str(folder)), run.training)) == real
+    assert all(len(shape) == 1 for shape, _ in real)  # norms only: qwen3 has no biases
+    assert any("trains only what mlx-lm-lora leaves unquantized" in note for note in run.notes)
+    e = est.estimate_run(resolve_model(str(folder)), run, "cpu", length=80)
+    assert e.peak.parts["weights (trainable)"] == sum(math.prod(s) * size for s, size in real)
+
+
+def test_probe_says_a_full_fine_tune_of_a_base_quantized_at_load_trains_the_norms(model_folder):
+    """It was refused; mlx_lm_lora.train runs it, training only what nn.quantize leaves unfrozen."""
+    folder = str(model_folder(UNTIED_F32))
+    args = ("--model", folder, "--train-mode", "dpo", "--train-type", "full", "--load-in-4bits", "--memory", "16GB")
+    data = json.loads(probe(*args, "--json"))
+    assert any("trains only what mlx-lm-lora leaves unquantized" in note for note in data["run"]["notes"])
+    assert "trains only what mlx-lm-lora leaves unquantized" in " ".join(probe(*args, "-v").split())

@@ -35,6 +35,12 @@ trainers do (mlx_lm_lora/trainer/, version 5.10.2):
   reference's forward beside it when beta != 0; the gradients of earlier
   microbatches are summed and kept. group_size sets the number of microbatches,
   not their size.
+- --load-in-Nbits (utils.py from_pretrained, train.py run()): the policy loads at
+  full precision and is quantized lazily, the reference loads beside it: a loading
+  phase, the full-precision weights in GRPO's first rollout, and an untied head's
+  full-precision weight where it is alive at the first step's peak (lazy_head_bytes).
+  --train-type full on such a base trains only what nn.quantize leaves unfrozen
+  (unquantized_trainable).
 """
 
 from __future__ import annotations
@@ -166,21 +172,61 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
         caches = kv_cache_bytes(model, 2 * B, L) * (2 if ref else 1)
         step["KV cache (chunks of 512)"] = caches
     name = f"policy step: chosen + rejected, {2 * B} x {step_len} tokens" + (f" (chunks of {L})" if chunked else "")
-    return PreferenceEstimate(run, backend, (Phase(name, {**resident, **step}),), L, logits_buffers=count)
+    if run.spec.lazy_head_at_peak and lazy_head_bytes(model, run):
+        step[LAZY_HEAD] = lazy_head_bytes(model, run)
+    phases = (*loading_phase(model, run, resident), Phase(name, {**resident, **step}))
+    return PreferenceEstimate(run, backend, phases, L, logits_buffers=count)
+
+
+LAZY_HEAD = "full-precision head (quantized lazily)"
+FULL_PRECISION = "weights at full precision (quantized at the first step)"
 
 
 def lazy_head_bytes(model: ModelInfo, run: PreferenceRun) -> int:
-    """mlx_lm_lora/utils.py from_pretrained quantizes with --load-in-Nbits after loading
-    (nn.quantize, lazy): the full-precision weights stay resident until the first step
-    evaluates their quantization, and an untied output head's is still alive at that
-    step's peak. Measured (benchmarks/preference.py, tests/test_preference.py): qwen3
-    of width 384, vocabulary 32k, float32, SFT: +49.7 MB at the first step, the head's
-    50.3 MB; a tied llama of width 512: +0.1 MB (the embedding is evaluated first).
-    Counted for SFT only: an ORPO step on the same qwen3 held 20.8 MB of it, not 50."""
+    """mlx_lm_lora/utils.py from_pretrained loads the model evaluated at full precision,
+    then quantizes it with --load-in-Nbits (nn.quantize: lazy mx.quantize of each weight):
+    a full-precision weight is freed only when the first step's graph evaluates its
+    quantization, just before the weight's first use. An untied output head is used last
+    in the forward pass, so its full-precision weight (vocabulary x hidden) can still be
+    alive at that step's peak. Measured on real mlx_lm_lora.train runs (qwen3 of width 384,
+    vocabulary 32k, float32, 4 blocks, the head 50.3 MB; tests/test_preference.py), the
+    first step's peak less that of the same run with the model evaluated after loading:
+    SFT +51.1 MB, DPO +51.7 MB (the whole head: the modes whose `lazy_head_at_peak` is
+    set), ORPO +28.9 MB (its peak falls partly after the head is quantized; counted
+    whole, it reads up to the difference high), CPO +3.0 MB (uncompiled: its peak comes
+    after the head's quantization; not counted), GRPO: the rollout quantizes every
+    weight before the scoring step (loading_phase's rollout). A tied head is the
+    embedding, quantized first: +0 to +6 MB on a tied llama, not counted."""
     t = run.training
     if not t.quantize or model.quantized or model.architecture.tied_embeddings:
         return 0
     return model.architecture.vocab_size * model.architecture.hidden_size * dtype_bytes(model)
+
+
+def full_precision_bytes(model: ModelInfo, run: PreferenceRun) -> int:
+    """The policy's weights as mlx_lm.load evaluates them, before --load-in-Nbits quantizes
+    them (0 where the run does not quantize at load)."""
+    t = run.training
+    if not t.quantize or model.quantized:
+        return 0
+    from .detailed import weight_bytes
+
+    return weight_bytes(model, replace(t, quantize=False, quantized_frozen=False))
+
+
+def loading_phase(model: ModelInfo, run: PreferenceRun, resident: dict) -> tuple[Phase, ...]:
+    """train.py run(): from_pretrained (the policy at full precision, its quantization
+    lazy), then load_reference_model (a second full-precision copy) while the policy's
+    full-precision weights are still alive: both, until the first step quantizes the
+    policy. mlx-lm-lora never resets the peak, so this phase counts toward the one it
+    reports. None where nothing is quantized at load."""
+    full = full_precision_bytes(model, run)
+    if not full:
+        return ()
+    parts = {FULL_PRECISION: full, **{k: v for k, v in resident.items()
+                                      if k not in ("weights (frozen)", "optimizer state", "calibration")}}
+    words = " and the reference" if "reference copy" in resident else ""
+    return (Phase(f"loading: the policy at full precision{words}, before its quantization", parts),)
 
 
 def estimate_lora_sft(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", length: int | None = None) -> PreferenceEstimate:
@@ -190,10 +236,10 @@ def estimate_lora_sft(model: ModelInfo, run: PreferenceRun, backend: str = "cpu"
     L = t.batch_width(length)
     sft = _sft(model, t, backend, L)
     parts = dict(sft.parts)
-    if lazy_head_bytes(model, run):
-        parts["full-precision head (quantized lazily)"] = lazy_head_bytes(model, run)
+    if run.spec.lazy_head_at_peak and lazy_head_bytes(model, run):
+        parts[LAZY_HEAD] = lazy_head_bytes(model, run)
     phase = Phase(f"training step: {t.batch_size} x {L} tokens", parts)
-    return PreferenceEstimate(run, backend, (phase,), L)
+    return PreferenceEstimate(run, backend, (*loading_phase(model, run, _resident(sft)), phase), L)
 
 
 def _sft(model: ModelInfo, training, backend: str, length: int, logits=lambda f: f, kept_logits: int = 0,
@@ -206,6 +252,12 @@ def _sft(model: ModelInfo, training, backend: str, length: int, logits=lambda f:
     from .detailed import backend_features, coefficients, combine, features
 
     runtime = Runtime.current(backend)
+    frozen_quantized = training.fine_tune_type == "full" and (training.quantize or model.quantized)
+    if frozen_quantized:
+        # Sized as a run with nothing adapted (every block's backward still runs), then
+        # what is really trainable put in (unquantized_trainable).
+        trainable = unquantized_trainable(model, training)
+        training = replace(training, fine_tune_type="lora", num_layers=-1, quantized_frozen=False)
     if fused_cross_entropy is not None:
         runtime = replace(runtime, fused_cross_entropy=fused_cross_entropy)
     if not compiled:
@@ -215,7 +267,38 @@ def _sft(model: ModelInfo, training, backend: str, length: int, logits=lambda f:
     key = "logits_fused_bytes" if f.get("logits_fused_bytes") else "logits_bytes"
     coef = c.get("logits_fused" if key == "logits_fused_bytes" else "logits", 0.0) or 1.0
     f = {**f, key: int(logits(f[key]) + kept_logits / coef)}
+    if frozen_quantized:
+        from .detailed import optimizer_state_elements
+
+        trainable_bytes = sum(math.prod(shape) * size for shape, size in trainable)
+        f.update(trainable_elements=sum(math.prod(shape) for shape, _ in trainable), trainable_bytes=trainable_bytes,
+                 optimizer_bytes=sum(optimizer_state_elements(training.optimizer, [shape]) * size
+                                     for shape, size in trainable),
+                 base_bytes=f["base_bytes"] - trainable_bytes, adapter_act_bytes=0, dora_act_bytes=0)
     return combine(f, c, training, backend)
+
+
+def unquantized_trainable(model: ModelInfo, training) -> tuple:
+    """((shape, itemsize), ...) of what mlx-lm-lora's full fine-tune trains on a quantized
+    base: from_pretrained freezes nothing without a LoRA config, and nn.quantize's
+    QuantizedLinear / QuantizedEmbedding freeze their own weight, scales and biases when
+    built (mlx/nn/layers/quantized.py; from_linear sets a Linear's bias after that, so it
+    stays trainable): the norms, the biases and any layer left unquantized, in every block
+    whatever --num-layers says (pinned against mlx-lm-lora in tests/test_preference.py)."""
+    from ..model import lazy_model
+    from .detailed import _qlora_bits
+
+    bits, group = _qlora_bits(model, replace(training, quantized_frozen=True))
+    base = lazy_model.model_for_key(model.config_key, bits, group)
+    return tuple((tuple(a.shape), a.dtype.size) for name, a in lazy_model.block_arrays(base, None)
+                 if not name.endswith((".scales", ".biases")) and not mx_integer(a))
+
+
+def mx_integer(a) -> bool:
+    """A packed quantized weight (uint32)."""
+    import mlx.core as mx
+
+    return mx.issubdtype(a.dtype, mx.integer)
 
 
 def grpo_scoring_logits(B: int, T: int, scored: int, V: int, s: int) -> int:
@@ -253,6 +336,11 @@ def _grpo(model: ModelInfo, run: PreferenceRun, backend: str, ref: int, prompt_l
         "rollout KV cache": kv_cache_bytes(model, B, P + C),
         "sampling logits": B * V * 4,
     }
+    full = full_precision_bytes(model, run)
+    if full:
+        # --load-in-Nbits: the first rollout's forward quantizes the policy (train.py run()
+        # leaves it lazy): its full-precision weights are alive in place of the quantized ones.
+        rollout[FULL_PRECISION + ", during the first rollout"] = max(full - resident.get("weights (frozen)", 0), 0)
     step = _step(sft)
     if ref and run.beta != 0:
         step["reference scoring"] = scoring  # the same buffers again, alive beside the policy's

@@ -17,7 +17,10 @@ loads one), synthesized batches of the planned width. What differs from a
   seeded (CONFIG_DEFAULTS["seed"]) after the models are loaded, before training:
   unseeded, the first step's peak differed from the trainer's by -5% to +11%.
 - mlx-lm-lora's full fine-tuning trains every parameter (from_pretrained freezes
-  nothing without a LoRA config), so does this one.
+  nothing without a LoRA config), so does this one; on a base quantized at load,
+  every parameter nn.quantize leaves unfrozen (the norms and biases).
+- The quantized base is evaluated before the first step, so the full-precision
+  weights that mlx-lm-lora quantizes lazily are not seen (the estimate counts them).
 
 Protocol as mlxfit/measure/child.py: a JSON request on stdin, one JSON event per
 line on stdout.
@@ -83,6 +86,10 @@ def build_models(request: dict, training, emit_event=emit):
         model = random_model(request["config"])
         materialize(model)
         model.unfreeze()
+        if training.quantize:  # --load-in-Nbits: nn.quantize freezes what it quantizes
+            import mlx.nn as nn
+
+            nn.quantize(model, bits=training.bits, group_size=training.group_size)
     else:
         model = build(request["config"], folder, training, on_stage=lambda s: emit_event("stage", stage=s))
     reference = None

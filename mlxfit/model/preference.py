@@ -170,7 +170,10 @@ def resolve_run(mode: str, flags: dict, config: dict) -> PreferenceRun:
         raise BadInput("--load-in-mxfp4 is not covered by the estimate (use --load-in-4bits, -6bits or -8bits)")
     fine_tune_type = pick("train_type", flags.get("fine_tune_type"))
     if bits and fine_tune_type == "full":
-        raise BadInput("--load-in-Nbits with --train-type full trains a quantized base in full: not covered")
+        # utils.py from_pretrained: no LoRA config, nothing frozen, then nn.quantize, whose
+        # QuantizedLinear / QuantizedEmbedding freeze their weight, scales and biases.
+        notes.append("--train-type full on a base quantized at load trains only what mlx-lm-lora leaves "
+                     "unquantized (the norms, and any biases): nn.quantize freezes every layer it quantizes")
     optimizer = pick("optimizer", flags.get("optimizer"))
     if optimizer not in ("adam", "adamw", "muon"):
         raise BadInput(f"mlx_lm_lora.train's optimizers are adam, adamw and muon, got {optimizer!r}")
@@ -188,6 +191,7 @@ def resolve_run(mode: str, flags: dict, config: dict) -> PreferenceRun:
         quantize=bits is not None,
         bits=bits or 4,
         group_size=LOAD_IN_GROUP_SIZE,
+        quantized_frozen=bits is not None and fine_tune_type == "full",
     )
     run = PreferenceRun(
         mode=mode,

@@ -44,6 +44,9 @@ class TrainingConfig:
     # 0.28.2 wrapped ("self_attn.q_proj", "self_attn.v_proj") for most architectures,
     # which benchmarks/mac_runs.py needs to reproduce the public Mac runs.
     lora_keys: tuple[str, ...] | None = field(default=None, metadata={"help": "internal: layers LoRA wraps (lora_parameters.keys); None = all."})
+    # Internal: mlx-lm-lora's full fine-tune of a base quantized at load (--load-in-Nbits), which
+    # trains only what nn.quantize leaves unfrozen (estimate/preference.py unquantized_trainable).
+    quantized_frozen: bool = field(default=False, metadata={"help": "internal: full fine-tune of a base quantized at load."})
 
     def __post_init__(self):
         if self.lora_keys is not None and not isinstance(self.lora_keys, tuple):
@@ -72,7 +75,7 @@ class TrainingConfig:
             raise BadInput(f"The batch size must be divisible by the number of workers: {self.batch_size} over {self.hosts} hosts")
         if self.lora_keys is not None and (isinstance(self.lora_keys, str) or not self.lora_keys):
             raise BadInput(f"lora keys must be a non-empty list of layer names, got {self.lora_keys!r}")
-        if self.quantize and self.fine_tune_type == "full":
+        if self.quantize and self.fine_tune_type == "full" and not self.quantized_frozen:
             raise BadInput("QLoRA trains adapters on a quantized base: use --fine-tune-type lora or dora")
 
     @property

@@ -29,6 +29,9 @@ class Mode:
     data_kind: str | None = None  # what its --data rows hold
     step_is_mlx_lm: bool = False  # its step is mlx-lm's SFT step (sized as one), run by another trainer
     chosen_by_model: bool = False  # taken when the model has a vision part; never listed by --train-mode
+    # With --load-in-Nbits, an untied head's full-precision weight is still alive at its first
+    # step's peak (measured: estimate/preference.py lazy_head_bytes).
+    lazy_head_at_peak: bool = False
 
     @property
     def trainer_mode(self) -> str:

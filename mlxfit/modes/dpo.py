@@ -27,4 +27,4 @@ class DPO(Mode):
 
 
 MODE = DPO("dpo", order=1, pairs=True, reference=True, float32_scores=True, counted_on_miniature=True,
-           data_kind="chosen/rejected")
+           data_kind="chosen/rejected", lazy_head_at_peak=True)

@@ -40,4 +40,4 @@ class LoraSFT(SFT):
                   args=SFTTrainingArgs(**common, seq_step_size=run["seq_step_size"]), training_callback=callback)
 
 
-MODE = LoraSFT("lora_sft", order=5, data_kind="text", step_is_mlx_lm=True)
+MODE = LoraSFT("lora_sft", order=5, data_kind="text", step_is_mlx_lm=True, lazy_head_at_peak=True)

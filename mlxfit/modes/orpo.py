@@ -23,4 +23,4 @@ class ORPO(Mode):
                    training_callback=callback)
 
 
-MODE = ORPO("orpo", order=3, pairs=True, counted_on_miniature=True, data_kind="chosen/rejected")
+MODE = ORPO("orpo", order=3, pairs=True, counted_on_miniature=True, data_kind="chosen/rejected", lazy_head_at_peak=True)
