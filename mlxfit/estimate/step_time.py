@@ -92,12 +92,14 @@ class Speed:
     range: tuple[float, float]  # measured over predicted seconds, lowest and highest expected
     chip: str | None = None
     transcendentals_per_second: float | None = None  # exps apart from the traffic; None: in it
+    softmax_per_second: float | None = None  # the attention's scores (a precise softmax); None: as other exps
     seconds_per_op: float = 0.0  # dispatching one operation
     correction: dict | None = None  # the stored measurement that scaled the rates (calibration.py), if any
 
     def to_dict(self) -> dict:
         return {"operations_per_second": self.operations_per_second, "bytes_per_second": self.bytes_per_second,
                 "transcendentals_per_second": self.transcendentals_per_second,
+                "softmax_per_second": self.softmax_per_second,
                 "seconds_per_op": self.seconds_per_op, "basis": self.basis, "chip": self.chip,
                 **({"corrected_by": self.correction} if self.correction else {})}
 
@@ -111,13 +113,15 @@ def corrected(speed: Speed, factor: float, measurement: dict) -> Speed:
     return replace(speed, operations_per_second=speed.operations_per_second / factor,
                    bytes_per_second=slower(speed.bytes_per_second),
                    transcendentals_per_second=slower(speed.transcendentals_per_second),
+                   softmax_per_second=slower(speed.softmax_per_second),
                    seconds_per_op=speed.seconds_per_op * factor, correction={**measurement, "factor": round(factor, 3)})
 
 
 def measured_speed(rates) -> Speed:
     """This machine, at the rates the caller measured here (measure/rate.py MachineRates)."""
     return Speed(rates.matmul, rates.elementwise, MEASURED_BASIS, MEASURED_RANGE,
-                 transcendentals_per_second=rates.transcendental, seconds_per_op=rates.operation)
+                 transcendentals_per_second=rates.transcendental, seconds_per_op=rates.operation,
+                 softmax_per_second=rates.softmax)
 
 
 def fitted_efficiency() -> dict:
@@ -161,10 +165,14 @@ def _floor(model: ModelInfo, training: TrainingConfig, speed: Speed) -> float:
 
 
 def elementwise_seconds(work: Work, speed: Speed) -> float:
-    """The passes over the activations at the elementwise rate, and the exps at theirs."""
+    """The passes over the activations at the elementwise rate, and the exps at theirs
+    (the attention's at the softmax's where the machine has that rate)."""
     seconds = work.traffic_bytes / speed.bytes_per_second if speed.bytes_per_second else 0.0
     if speed.transcendentals_per_second:
-        seconds += work.transcendentals / speed.transcendentals_per_second
+        scores = work.scores if speed.softmax_per_second else 0
+        seconds += (work.transcendentals - scores) / speed.transcendentals_per_second
+        if scores:
+            seconds += scores / speed.softmax_per_second
     return seconds
 
 
