@@ -216,24 +216,36 @@ def _forward_seconds(model: ModelInfo, length: int, rows: int, speed: Speed) -> 
             + work.ops * speed.seconds_per_op)
 
 
+def rollout_rounds(training: TrainingConfig, group_size: int, completion_length: int) -> tuple[int, int]:
+    """(decoding steps, rows each) of a GRPO step's generation. mlx-lm-lora's
+    generate_grpo hands its batch_size x group_size completions to mlx-lm's
+    BatchGenerator with completion_batch_size=batch_size: at most batch_size rows
+    decode at once, so the completions run in group_size rounds of
+    completion_length tokens each (every completion runs to the end here: no stop
+    token is counted on)."""
+    return group_size * completion_length, max(training.batch_size // training.hosts, 1)
+
+
 def grpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, prompt_length: int,
                    group_size: int, completion_length: int) -> StepTime:
-    """A GRPO step: group_size completions per prompt generated token by token (each
-    token a forward of every row, and a read of the weights), then the reference's
+    """A GRPO step: the completions generated token by token, batch_size rows at a time
+    (rollout_rounds; each token a forward of those rows, and a read of the weights),
+    each prompt's prefill once (its cache is shared by its group), then the reference's
     forward and the policy's forward and backward over prompt and completion."""
     rows = training.batch_size // training.hosts * group_size
     width = prompt_length + completion_length
     rate = speed.operations_per_second
-    per_token = _forward_seconds(model, 1, rows, speed)
+    steps, decoding = rollout_rounds(training, group_size, completion_length)
     read = _floor(model, training, speed)
-    generation = completion_length * max(per_token, read)
-    generation += _forward_seconds(model, prompt_length, rows, speed)  # the prompts' prefill
+    generation = steps * max(_forward_seconds(model, 1, decoding, speed), read)
+    generation += _forward_seconds(model, prompt_length, decoding, speed)  # the prompts' prefill
     policy_training = replace(training, max_seq_length=max(training.max_seq_length, width))
     policy = phase_operations(model, policy_training, width, sequences=rows)
     phases = {"generation": generation, "reference": _forward_seconds(model, width, rows, speed)}
     phases.update(_with_work({k: v / rate for k, v in policy.items()},
                              step_work(model, policy_training, width, sequences=rows), speed))
-    ops = sum(policy.values()) + forward_operations(model, width, rows) + forward_operations(model, 1, rows) * completion_length
+    ops = (sum(policy.values()) + forward_operations(model, width, rows) + forward_operations(model, 1, decoding) * steps
+           + forward_operations(model, prompt_length, decoding))
     return StepTime(phases, ops, 2 * read)
 
 
