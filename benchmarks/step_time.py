@@ -9,10 +9,13 @@ probe --measure measures (a child process taking real mlx-lm steps), and the
 machine's rates (measure/rate.py: matmul, elementwise, exp, per operation) are
 measured right before and right after it, so prediction and measurement share the
 machine's state (the prediction uses the geometric mean of the two); the step time
-is the median of the steps after the first. The ratio measured / predicted is what
-is compared, the median over the repeats (the machine may be shared: absolute times
-drift, ratios less). DPO and GRPO runs are not drawn (their measurement needs
-mlx-lm-lora's trainers; not done here).
+is the fastest of the steps after the first, as each rate is the best of a few
+timings (the machine may be shared: the fastest run is the one least held up by
+other processes, on both sides; the median step is kept beside it). The ratio
+measured / predicted is what is compared, the median over the repeats. Every fifth
+configuration is a DPO run and every fifth a GRPO run (mlx-lm-lora's own trainers,
+measured as probe --measure --train-mode measures them, mlxfit/measure/preference.py;
+predicted by step_time.preference_step_time); the rest are mlx_lm.lora SFT steps.
 
     PYTHONPATH=. python benchmarks/step_time.py --seed 7 --runs 24 --repeats 2 --out step_time_blind
 Writes benchmarks/results/<out>.md (and .json).
@@ -27,16 +30,21 @@ import random
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from mlxfit.estimate import step_time as st
 from mlxfit.measure.parent import measure, request_for
 from mlxfit.measure.rate import MachineRates, measure_rates
+from mlxfit.model.preference import PreferenceRun
 from mlxfit.model.resolve import resolve_model
 from mlxfit.model.training import TrainingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+
+
+MODES = ("sft", "sft", "sft", "dpo", "grpo")  # configuration i runs MODES[i % 5]
 
 
 def draw(rng: random.Random, folder: Path, i: int, bfloat16: float = 0.15):
@@ -55,12 +63,40 @@ def draw(rng: random.Random, folder: Path, i: int, bfloat16: float = 0.15):
     training = TrainingConfig(fine_tune_type="full" if full else "lora", num_layers=rng.choice([-1, 1, 2]),
                               batch_size=rng.choice([1, 2, 4, 8]), max_seq_length=rng.choice([64, 128, 256, 512]),
                               grad_checkpoint=rng.random() < 0.35, rank=rng.choice([4, 8, 16]))
-    return config, path, training
+    mode = MODES[i % len(MODES)]
+    if mode == "sft":
+        return config, path, training, None
+    if mode == "dpo":  # chosen and rejected rows, each max_seq_length wide
+        training = replace(training, batch_size=rng.choice([1, 2, 4]), max_seq_length=rng.choice([64, 128, 256]))
+        return config, path, training, PreferenceRun(mode, training)
+    prompt = rng.choice([16, 32, 64])
+    training = replace(training, batch_size=rng.choice([1, 2]), max_seq_length=prompt)
+    return config, path, training, PreferenceRun(mode, training, group_size=rng.choice([2, 4]),
+                                                 max_completion_length=rng.choice([8, 16, 32]), prompt_length=prompt)
+
+
+def measured_steps(model, training, run, steps: int) -> list[float]:
+    """Seconds of each step, taken by mlx-lm's trainer (SFT) or mlx-lm-lora's (a run)."""
+    if run is None:
+        return list(measure(request_for(model, training, max_steps=steps, min_steps=steps), timeout=300).step_seconds)
+    from mlxfit.measure.preference import measure as measure_run
+
+    seconds = []
+    measure_run(model, run, training.max_seq_length, run.prompt_length, steps=steps, timeout=600,
+                on_event=lambda e: seconds.append(e["seconds"]) if e.get("event") == "step" else None)
+    return seconds
+
+
+def predicted(model, training, run, speed):
+    if run is None:
+        return st.step_time(model, training, speed)
+    return st.preference_step_time(run, model, speed, training.max_seq_length, run.prompt_length)
 
 
 def between(a: MachineRates, b: MachineRates) -> MachineRates:
     """The geometric mean of the rates measured before and after a configuration."""
-    return MachineRates(*(math.sqrt(x * y) for x, y in zip(a.to_dict().values(), b.to_dict().values())))
+    return MachineRates(*(math.sqrt(x * y) if x and y else None
+                          for x, y in zip(a.to_dict().values(), b.to_dict().values())))
 
 
 def main():
@@ -78,25 +114,28 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
             while True:
-                config, path, training = draw(rng, Path(tmp), i, args.bfloat16)
+                config, path, training, run = draw(rng, Path(tmp), i, args.bfloat16)
                 model = resolve_model(str(path))
                 if not args.max_predicted:
                     break
                 guess = measure_rates(config["torch_dtype"])
-                if st.step_time(model, training, st.measured_speed(guess)).seconds <= args.max_predicted:
+                if predicted(model, training, run, st.measured_speed(guess)).seconds <= args.max_predicted:
                     break
             ratios = []
             for _ in range(args.repeats):
                 before = measure_rates(config["torch_dtype"])
-                m = measure(request_for(model, training, max_steps=args.steps, min_steps=args.steps), timeout=300)
+                seconds = measured_steps(model, training, run, args.steps)
                 rates = between(before, measure_rates(config["torch_dtype"]))
-                step = st.step_time(model, training, st.measured_speed(rates))
-                steady = m.step_seconds[1:] or m.step_seconds
-                measured = statistics.median(steady)
-                ratios.append((measured / step.seconds, measured, step.seconds, rates.matmul,
+                step = predicted(model, training, run, st.measured_speed(rates))
+                steady = seconds[1:] or seconds
+                measured = min(steady)
+                ratios.append((measured / step.seconds, measured, step.seconds, statistics.median(steady),
                                {k: round(v, 5) for k, v in step.phases.items()}, rates.to_dict()))
             ratio = statistics.median(r[0] for r in ratios)
-            row = {"config": config, "training": {k: v for k, v in training.to_dict().items()
+            row = {"mode": run.mode if run else "sft",
+                   "run": {k: getattr(run, k) for k in ("group_size", "max_completion_length", "prompt_length")}
+                   if run and run.spec.rollout else None,
+                   "median_ratio": statistics.median(r[3] / r[2] for r in ratios), "config": config, "training": {k: v for k, v in training.to_dict().items()
                                                   if k in ("fine_tune_type", "num_layers", "batch_size",
                                                            "max_seq_length", "grad_checkpoint", "rank")},
                    "ratio": ratio, "repeats": [list(r) for r in ratios]}
@@ -115,20 +154,28 @@ def write(args, rows):
              f"{args.repeats} --steps {args.steps} --bfloat16 {args.bfloat16} --max-predicted {args.max_predicted} "
              f"--out {args.out}`: {len(rows)} of {args.runs} configurations "
              "(tiny Llama shapes, float32 and bfloat16, LoRA and full, lengths 64-512, 2-6 blocks, with and without "
-             "checkpointing), each measured as probe --measure does, beside the machine's rates measured just before "
-             "and after it. Ratio = measured / predicted step time (the median step after the first), median over "
-             "the repeats.", "",
+             "checkpointing; every fifth a DPO run and every fifth a GRPO run of mlx-lm-lora), each measured as probe "
+             "--measure does, beside the machine's rates (each the best of a few timings) measured just before "
+             "and after it. Ratio = measured / predicted step time (the fastest step after the first), median over "
+             "the repeats; the median step's ratio beside it.", "",
              f"Median ratio {statistics.median(ratios):.2f}; median error {statistics.median(errors):.0%}, "
-             f"worst {max(errors):.0%}.", "",
-             "| dtype | hidden x blocks | type | layers | batch x length | checkpoint | measured s | predicted s | ratio |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"worst {max(errors):.0%} (ratios {min(ratios):.2f}-{max(ratios):.2f}); "
+             f"{sum(e <= 0.5 for e in errors)} of {len(errors)} within 50%. By the median step: median ratio "
+             f"{statistics.median(r['median_ratio'] for r in rows):.2f}, ratios "
+             f"{min(r['median_ratio'] for r in rows):.2f}-{max(r['median_ratio'] for r in rows):.2f}.", "",
+             "| mode | dtype | hidden x blocks | type | layers | batch x length | checkpoint | measured s | predicted s "
+             "| ratio | median-step ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c, t = r["config"], r["training"]
         measured = statistics.median(x[1] for x in r["repeats"])
         predicted = statistics.median(x[2] for x in r["repeats"])
-        lines.append(f"| {c['torch_dtype']} | {c['hidden_size']} x {c['num_hidden_layers']} | {t['fine_tune_type']} | "
-                     f"{t['num_layers']} | {t['batch_size']} x {t['max_seq_length']} | {t['grad_checkpoint']} | "
-                     f"{measured:.4f} | {predicted:.4f} | {r['ratio']:.2f} |")
+        rollout = r.get("run")
+        length = (f"{rollout['prompt_length']} + {rollout['max_completion_length']}, group {rollout['group_size']}"
+                  if rollout else t["max_seq_length"])
+        lines.append(f"| {r.get('mode', 'sft')} | {c['torch_dtype']} | {c['hidden_size']} x {c['num_hidden_layers']} | "
+                     f"{t['fine_tune_type']} | {t['num_layers']} | {t['batch_size']} x {length} | {t['grad_checkpoint']} "
+                     f"| {measured:.4f} | {predicted:.4f} | {r['ratio']:.2f} | {r['median_ratio']:.2f} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 

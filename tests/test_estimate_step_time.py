@@ -165,10 +165,14 @@ def test_the_work_besides_matrix_products_on_a_hand_counted_model(tiny):
     assert work.transcendentals == 16 * 2 * (4 * 8 + 128) + 2 * 16 * 100 + elements
     # The loss; each block's forward; each trained block's backward; Adam on 9 arrays a block (7 linears, 2 norms).
     assert work.ops == 30 + 2 * 81 + 2 * 92 + 18 * 12
+    # Of those exps, the attention's softmax: 4 heads x T = 8 scores per token of each block.
+    assert work.scores == 16 * 2 * 4 * 8
     checkpointed = sw.step_work(tiny, TrainingConfig(fine_tune_type="full", num_layers=-1, batch_size=2,
                                                      max_seq_length=9, grad_checkpoint=True), 9)
     assert checkpointed.traffic_bytes - work.traffic_bytes == 16 * 4 * 2 * per_block
     assert checkpointed.ops - work.ops == 2 * 81
+    assert checkpointed.scores - work.scores == 16 * 2 * 4 * 8  # the recomputed blocks' softmax again
+    assert sw.forward_work(tiny, 8, 2).scores == 16 * 2 * 4 * 8
     # LoRA on the last block: its 7 adapters scale and add their outputs (15 float32 passes over 512 widths).
     lora = TrainingConfig(num_layers=1, batch_size=2, max_seq_length=9)
     adapters = sw.step_work(tiny, lora, 9)
@@ -181,6 +185,10 @@ def test_the_work_besides_matrix_products_on_a_hand_counted_model(tiny):
     step = st.step_time(tiny, training, st.measured_speed(rates), 9)
     assert step.phases["elementwise"] == pytest.approx(work.traffic_bytes / 1e8 + work.transcendentals / 1e6)
     assert step.phases["dispatch"] == pytest.approx(work.ops * 1e-5)
+    # With a softmax rate measured, the scores go at it and the other exps at the exp rate.
+    softmax = MachineRates(matmul=1e9, elementwise=1e8, transcendental=1e6, operation=1e-5, softmax=5e5)
+    assert st.step_time(tiny, training, st.measured_speed(softmax), 9).phases["elementwise"] == pytest.approx(
+        work.traffic_bytes / 1e8 + (work.transcendentals - work.scores) / 1e6 + work.scores / 5e5)
     # A Mac's GPU: the exps are in the traffic, not timed apart.
     mac = st.Speed(1e12, 1e11, "x", (1, 1), seconds_per_op=1e-6)
     assert st.step_time(tiny, training, mac, 9).phases["elementwise"] == pytest.approx(work.traffic_bytes / 1e11)
@@ -267,6 +275,28 @@ def test_preference_steps_are_timed_from_their_counted_work(tiny):
     assert step.phases["generation"] > 0 and step.phases["reference"] > 0
     longer = st.preference_step_time(replace(grpo, max_completion_length=50), tiny, speed, prompt_length=4)
     assert longer.phases["generation"] > 9 * step.phases["generation"] / 2  # one forward of every row a token
+
+
+def test_grpo_generates_its_group_in_rounds_of_batch_size_rows(tiny):
+    """mlx-lm-lora's generate_grpo lets mlx-lm's BatchGenerator decode batch_size rows at
+    once: batch 2 x group 4 completions of 5 tokens are 4 rounds of 5 steps of 2 rows."""
+    import inspect
+
+    from mlx_lm_lora.trainer import grpo_trainer
+
+    source = inspect.getsource(grpo_trainer.generate_grpo)
+    assert "completion_batch_size=batch_size" in source and "BatchGenerator(" in source
+    assert "batch_size=args.batch_size" in inspect.getsource(grpo_trainer.train_grpo)
+    training = TrainingConfig(num_layers=-1, batch_size=2, max_seq_length=4)
+    assert st.rollout_rounds(training, group_size=4, completion_length=5) == (20, 2)
+    assert st.rollout_rounds(replace(training, hosts=2), group_size=4, completion_length=5) == (20, 1)
+    speed = st.Speed(1e9, 1e8, "x", (1, 1), seconds_per_op=1e-6)
+    step = st.grpo_step_time(tiny, training, speed, prompt_length=4, group_size=4, completion_length=5)
+    # The policy's step and the reference's forward over 8 rows of 4 + 5 tokens; 20 decoding
+    # steps of 2 rows; the 2 prompts' prefill.
+    policy = st.phase_operations(tiny, replace(training, max_seq_length=9), 9, sequences=8)
+    assert step.operations == (sum(policy.values()) + st.forward_operations(tiny, 9, 8)
+                               + 20 * st.forward_operations(tiny, 1, 2) + st.forward_operations(tiny, 4, 2))
 
 
 def test_mlx_lm_lora_default_iterations_are_pinned():

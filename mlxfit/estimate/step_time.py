@@ -33,9 +33,9 @@ from .step_work import Work, forward_work, step_work
 
 MEASURED_BASIS = "rates measured on this machine"
 # The spread of measured over predicted step time on this machine (a factor on the
-# predicted seconds): the blind set of benchmarks/results/step_time.md, 22 configurations
-# drawn after the model was frozen (0.74-3.09).
-MEASURED_RANGE = (0.7, 3.1)
+# predicted seconds): the latest blind set of benchmarks/results/step_time.md, 22
+# configurations (DPO and GRPO among them) drawn after the model was frozen (0.95-3.26).
+MEASURED_RANGE = (0.9, 3.3)
 
 
 @dataclass(frozen=True)
@@ -92,12 +92,14 @@ class Speed:
     range: tuple[float, float]  # measured over predicted seconds, lowest and highest expected
     chip: str | None = None
     transcendentals_per_second: float | None = None  # exps apart from the traffic; None: in it
+    softmax_per_second: float | None = None  # the attention's scores (a precise softmax); None: as other exps
     seconds_per_op: float = 0.0  # dispatching one operation
     correction: dict | None = None  # the stored measurement that scaled the rates (calibration.py), if any
 
     def to_dict(self) -> dict:
         return {"operations_per_second": self.operations_per_second, "bytes_per_second": self.bytes_per_second,
                 "transcendentals_per_second": self.transcendentals_per_second,
+                "softmax_per_second": self.softmax_per_second,
                 "seconds_per_op": self.seconds_per_op, "basis": self.basis, "chip": self.chip,
                 **({"corrected_by": self.correction} if self.correction else {})}
 
@@ -111,13 +113,15 @@ def corrected(speed: Speed, factor: float, measurement: dict) -> Speed:
     return replace(speed, operations_per_second=speed.operations_per_second / factor,
                    bytes_per_second=slower(speed.bytes_per_second),
                    transcendentals_per_second=slower(speed.transcendentals_per_second),
+                   softmax_per_second=slower(speed.softmax_per_second),
                    seconds_per_op=speed.seconds_per_op * factor, correction={**measurement, "factor": round(factor, 3)})
 
 
 def measured_speed(rates) -> Speed:
     """This machine, at the rates the caller measured here (measure/rate.py MachineRates)."""
     return Speed(rates.matmul, rates.elementwise, MEASURED_BASIS, MEASURED_RANGE,
-                 transcendentals_per_second=rates.transcendental, seconds_per_op=rates.operation)
+                 transcendentals_per_second=rates.transcendental, seconds_per_op=rates.operation,
+                 softmax_per_second=rates.softmax)
 
 
 def fitted_efficiency() -> dict:
@@ -161,10 +165,14 @@ def _floor(model: ModelInfo, training: TrainingConfig, speed: Speed) -> float:
 
 
 def elementwise_seconds(work: Work, speed: Speed) -> float:
-    """The passes over the activations at the elementwise rate, and the exps at theirs."""
+    """The passes over the activations at the elementwise rate, and the exps at theirs
+    (the attention's at the softmax's where the machine has that rate)."""
     seconds = work.traffic_bytes / speed.bytes_per_second if speed.bytes_per_second else 0.0
     if speed.transcendentals_per_second:
-        seconds += work.transcendentals / speed.transcendentals_per_second
+        scores = work.scores if speed.softmax_per_second else 0
+        seconds += (work.transcendentals - scores) / speed.transcendentals_per_second
+        if scores:
+            seconds += scores / speed.softmax_per_second
     return seconds
 
 
@@ -208,24 +216,36 @@ def _forward_seconds(model: ModelInfo, length: int, rows: int, speed: Speed) -> 
             + work.ops * speed.seconds_per_op)
 
 
+def rollout_rounds(training: TrainingConfig, group_size: int, completion_length: int) -> tuple[int, int]:
+    """(decoding steps, rows each) of a GRPO step's generation. mlx-lm-lora's
+    generate_grpo hands its batch_size x group_size completions to mlx-lm's
+    BatchGenerator with completion_batch_size=batch_size: at most batch_size rows
+    decode at once, so the completions run in group_size rounds of
+    completion_length tokens each (every completion runs to the end here: no stop
+    token is counted on)."""
+    return group_size * completion_length, max(training.batch_size // training.hosts, 1)
+
+
 def grpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, prompt_length: int,
                    group_size: int, completion_length: int) -> StepTime:
-    """A GRPO step: group_size completions per prompt generated token by token (each
-    token a forward of every row, and a read of the weights), then the reference's
+    """A GRPO step: the completions generated token by token, batch_size rows at a time
+    (rollout_rounds; each token a forward of those rows, and a read of the weights),
+    each prompt's prefill once (its cache is shared by its group), then the reference's
     forward and the policy's forward and backward over prompt and completion."""
     rows = training.batch_size // training.hosts * group_size
     width = prompt_length + completion_length
     rate = speed.operations_per_second
-    per_token = _forward_seconds(model, 1, rows, speed)
+    steps, decoding = rollout_rounds(training, group_size, completion_length)
     read = _floor(model, training, speed)
-    generation = completion_length * max(per_token, read)
-    generation += _forward_seconds(model, prompt_length, rows, speed)  # the prompts' prefill
+    generation = steps * max(_forward_seconds(model, 1, decoding, speed), read)
+    generation += _forward_seconds(model, prompt_length, decoding, speed)  # the prompts' prefill
     policy_training = replace(training, max_seq_length=max(training.max_seq_length, width))
     policy = phase_operations(model, policy_training, width, sequences=rows)
     phases = {"generation": generation, "reference": _forward_seconds(model, width, rows, speed)}
     phases.update(_with_work({k: v / rate for k, v in policy.items()},
                              step_work(model, policy_training, width, sequences=rows), speed))
-    ops = sum(policy.values()) + forward_operations(model, width, rows) + forward_operations(model, 1, rows) * completion_length
+    ops = (sum(policy.values()) + forward_operations(model, width, rows) + forward_operations(model, 1, decoding) * steps
+           + forward_operations(model, prompt_length, decoding))
     return StepTime(phases, ops, 2 * read)
 
 

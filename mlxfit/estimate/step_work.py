@@ -24,7 +24,9 @@ A pass reads or writes one tensor once: `traffic_bytes` is their sum in bytes, t
 at the machine's elementwise rate (a large MLX add here; a Mac's memory bandwidth).
 `transcendentals` are timed apart where the machine has a rate for them (MLX's CPU
 backend runs exp and sigmoid some 50 times slower than an add; on a Mac's GPU they
-are in the traffic). `ops` are the kernels dispatched (views not counted), each at
+are in the traffic); `scores`, the attention's exps among them, at the rate of MLX's
+precise softmax where the machine has one (in half precision it converts each score
+to float32 and back: about twice an exp on this CPU). `ops` are the kernels dispatched (views not counted), each at
 the machine's cost per operation. Pure functions: they return data.
 """
 
@@ -62,13 +64,14 @@ class Work:
     traffic_bytes: int
     transcendentals: int  # exp, sigmoid, square root: elements
     ops: int  # kernels dispatched
+    scores: int = 0  # the attention's softmax exps among the transcendentals
 
     def __add__(self, other: "Work") -> "Work":
         return Work(self.traffic_bytes + other.traffic_bytes, self.transcendentals + other.transcendentals,
-                    self.ops + other.ops)
+                    self.ops + other.ops, self.scores + other.scores)
 
     def times(self, n: int) -> "Work":
-        return Work(self.traffic_bytes * n, self.transcendentals * n, self.ops * n)
+        return Work(self.traffic_bytes * n, self.transcendentals * n, self.ops * n, self.scores * n)
 
 
 def activation_bytes(model: ModelInfo) -> int:
@@ -79,10 +82,15 @@ def activation_bytes(model: ModelInfo) -> int:
     return ACTIVATION_BYTES.get(str(name), 2)
 
 
+def _scores(block, T: int) -> int:
+    """Attention scores per token of a block (its softmax's exps)."""
+    return block.heads * T if block.kind in ATTENTION_KINDS else 0
+
+
 def _block_elements(block, hidden: int, T: int) -> tuple[int, int]:
     """(elements passed over per token of the block's forward, transcendentals per token)."""
     mlp = block.intermediate + block.experts_per_token * block.expert_intermediate
-    scores = block.heads * T if block.kind in ATTENTION_KINDS else 0
+    scores = _scores(block, T)
     rope = (block.heads + block.kv_heads) * block.head_dim
     return HIDDEN_PASSES * hidden + ROPE_PASSES * rope + MLP_PASSES * mlp + SCORE_PASSES * scores, scores + mlp
 
@@ -100,7 +108,8 @@ def forward_work(model: ModelInfo, length: int, sequences: int) -> Work:
     blocks = [_block_elements(b, arch.hidden_size, T) for b in arch.blocks]
     return Work(N * activation_bytes(model) * sum(p for p, _ in blocks)
                 + N * arch.vocab_size * FLOAT32_BYTES * LOSS_FORWARD_PASSES,
-                N * sum(s for _, s in blocks) + N * arch.vocab_size, LOSS_OPS + FORWARD_OPS * len(blocks))
+                N * sum(s for _, s in blocks) + N * arch.vocab_size, LOSS_OPS + FORWARD_OPS * len(blocks),
+                N * sum(_scores(b, T) for b in arch.blocks))
 
 
 def step_work(model: ModelInfo, training: TrainingConfig, length: int | None = None,
@@ -133,4 +142,5 @@ def step_work(model: ModelInfo, training: TrainingConfig, length: int | None = N
                + OPTIMIZER_PASSES * trainable_bytes)
     ops = (LOSS_OPS + FORWARD_OPS * len(blocks) + len(trained) * (BACKWARD_OPS + (FORWARD_OPS if recompute else 0))
            + len(adapted) * ADAPTER_OPS + arrays * OPTIMIZER_OPS)
-    return Work(traffic, N * transcendental + 2 * N * arch.vocab_size + elements, ops)
+    scores = sum(_scores(b, T) for b in arch.blocks) + (sum(_scores(b, T) for b in trained) if recompute else 0)
+    return Work(traffic, N * transcendental + 2 * N * arch.vocab_size + elements, ops, N * scores)
