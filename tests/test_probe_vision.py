@@ -100,3 +100,41 @@ def test_the_range_holds_every_measured_run():
     assert len(ratios) >= 35
     assert EVIDENCE[0] <= min(ratios) and max(ratios) <= EVIDENCE[1]
     assert min(ratios) - EVIDENCE[0] < 0.01 and EVIDENCE[1] - max(ratios) < 0.01
+
+
+def test_train_vision_and_cache_size_are_mlx_vlm_trains_flags():
+    """Both exist in mlx_vlm.train's parser with these names: --train-vision off, --cache-size 32,
+    "none" read as no limit."""
+    from mlx_vlm.train import build_parser
+
+    parser = build_parser()
+    defaults = vars(parser.parse_args(["--model", "x"]))
+    assert defaults["train_vision"] is False and defaults["cache_size"] == 32
+    given = vars(parser.parse_args(["--model", "x", "--train-vision", "--cache-size", "none"]))
+    assert given["train_vision"] is True and given["cache_size"] is None
+    assert vars(parser.parse_args(["--model", "x", "--cache-size", "4"]))["cache_size"] == 4
+
+
+def test_train_vision_and_cache_size_change_the_answer_and_its_json(qwen):
+    base = json.loads(probe(qwen, "--image-size", "448x448", "--json").output)
+    trained = json.loads(probe(qwen, "--image-size", "448x448", "--train-vision", "--cache-size", "4", "--json").output)
+    assert base["run"]["training"]["train_vision"] is False and base["run"]["training"]["cache_size"] == 32
+    assert trained["run"]["training"]["train_vision"] is True and trained["run"]["training"]["cache_size"] == 4
+    cached = {p["name"]: p["breakdown"]["cached rows (pixels)"] for p in trained["estimate"]["phases"]}
+    assert set(cached.values()) == {4 * 1024 * 1176 * 4}  # 4 rows of 1024 patches x 1176 float32 values
+    r = probe(qwen, "--image-size", "448x448", "--train-vision", "--cache-size", "none")
+    assert r.exit_code == 0, r.output
+    assert "vision tower trained (--train-vision)" in r.output and "cache every row (--cache-size)" in r.output
+    assert "counted as 32 rows" in r.output
+
+
+@pytest.mark.parametrize("value", ["-1", "many", "2.5"])
+def test_a_bad_cache_size_is_one_line(qwen, value):
+    r = probe(qwen, "--cache-size", value)
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert f"--cache-size {value}: give the processed rows" in r.output
+
+
+def test_train_vision_on_a_model_without_images_is_refused():
+    r = probe(ROOT / "examples" / "tiny-llama", "--train-vision")
+    assert r.exit_code != 0 and "--train-vision is for vision-language models" in r.output

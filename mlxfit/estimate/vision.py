@@ -102,6 +102,16 @@ def language_parts(info: VisionModelInfo, training: VisionTraining, width: int) 
     return detailed.moment_parts(f, detailed.coefficients()["cpu"])
 
 
+UNKNOWN_ROWS = 32  # without --data and with --cache-size none: mlx_vlm.train's default cache, said in a note
+
+
+def cached_rows(training: VisionTraining, rows: int | None) -> int:
+    """Rows CacheDataset keeps: every row up to --cache-size (none: every row)."""
+    if rows is None:
+        return training.cache_size if training.cache_size is not None else UNKNOWN_ROWS
+    return rows if training.cache_size is None else min(rows, training.cache_size)
+
+
 def trained_tower_parts(info: VisionModelInfo, training: VisionTraining, pixel_bytes: int, width: int) -> dict:
     """What a trained tower (--train-vision, or --train-type full) keeps beside its blocks'
     activations through the language model's backward (traced on the tiny models,
@@ -140,7 +150,7 @@ def vision_estimate(info: VisionModelInfo, training: VisionTraining, tokens: int
     pixel_bytes = math.prod(pixel_shape) * 4
     if info.model_type in PIXEL_MASK_FAMILIES and len(pixel_shape) >= 4:
         pixel_bytes += math.prod(pixel_shape) // pixel_shape[-3] * 8  # pixel_attention_mask, int64
-    cached = min(rows if rows is not None else 10 ** 9, training.cache_size if training.cache_size is not None else 10 ** 9)
+    cached = cached_rows(training, rows)
     resident = {
         "weights (language model)": info.language_bytes if training.train_type != "full" else 0,
         "weights (vision tower and projector)": (info.vision_bytes + info.projector_bytes)

@@ -15,7 +15,9 @@ from .vision import VisionTraining
 # mlxfit's flag -> mlx_vlm.train's (build_parser): the flags a VLM's step takes.
 FLAGS = {"fine_tune_type": "train_type", "rank": "lora_rank", "batch_size": "batch_size",
          "max_seq_length": "max_seq_length", "grad_checkpoint": "grad_checkpoint", "optimizer": "optimizer",
-         "grad_accumulation_steps": "gradient_accumulation_steps"}
+         "grad_accumulation_steps": "gradient_accumulation_steps", "train_vision": "train_vision",
+         "cache_size": "cache_size"}
+IMAGE_FLAGS = ("image_size", "images_per_example")
 
 
 @dataclass(frozen=True)
@@ -50,13 +52,27 @@ class VisionRun:
 
 def training_of(settings: dict) -> VisionTraining:
     """mlxfit's flags given (None: not given) in mlx_vlm.train's names; the others refused."""
-    given = {k: v for k, v in settings.items() if v is not None}
-    other = sorted(set(given) - set(FLAGS) - {"image_size", "images_per_example"})
+    given = {k: v for k, v in settings.items() if v is not None and v is not False}
+    other = sorted(set(given) - set(FLAGS) - set(IMAGE_FLAGS))
     if other:
         raise BadInput(f"--{other[0].replace('_', '-')} is not an mlx_vlm.train flag: a vision-language model is "
                        f"trained by mlx_vlm.train (its flags here: {', '.join('--' + k.replace('_', '-') for k in FLAGS)})")
     values = {FLAGS[k]: v for k, v in given.items() if k in FLAGS}
+    if "cache_size" in values:
+        values["cache_size"] = cache_size(values["cache_size"])
     return VisionTraining(**values)
+
+
+def cache_size(value) -> int | None:
+    """--cache-size as mlx_vlm.train reads it (build_parser: "none" is None, no limit;
+    CoreTrainingArgs.validate refuses a negative size)."""
+    text = str(value).strip()
+    if text.lower() == "none":
+        return None
+    if not text.isdigit():
+        raise BadInput(f"--cache-size {value}: give the processed rows mlx_vlm.train keeps, a whole number (0 or more) "
+                       "or none (no limit)")
+    return int(text)
 
 
 def rules_of(config: dict, folder: Path | None, model_id: str) -> Rules:
@@ -91,6 +107,9 @@ def resolve_run(spec, config: dict, folder, model_id: str, settings: dict, data=
     if images.tokens >= training.max_seq_length:
         notes.append(f"{images.tokens} image tokens per example pass --max-seq-length {training.max_seq_length}: "
                      "mlx-vlm stops the run with a ValueError rather than cut an image (raise --max-seq-length)")
+    if training.cache_size is None:
+        notes.append("--cache-size none keeps every processed row; without --data they are counted as 32 rows "
+                     "(give --data to count its rows)")
     grids = [images.grid] * images.images
     return VisionRun(spec, training, max(training.max_seq_length, images.tokens), images.tokens, images.images,
                      pixel_values_shape(rules, grids), None, images.size, images.size_is_default, notes=notes)

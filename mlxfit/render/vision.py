@@ -68,6 +68,8 @@ def render_sized(model, run, notes) -> None:
                            f"float{8 * i.dtype_bytes}"])
     words = [f"{run.spec.command} {t.train_type}", f"batch {t.batch_size}", f"max length {t.max_seq_length}"]
     words += ["grad checkpoint"] if t.grad_checkpoint else []
+    words += ["vision tower trained (--train-vision)"] if t.train_vision else []
+    words += [f"cache {'every row' if t.cache_size is None else f'{t.cache_size} rows'} (--cache-size)"]
     print_fields("Run", words)
     if run.data is None:
         size = "x".join(map(str, run.image_size)) + (" (the family's default; --image-size)" if run.size_is_default else "")
