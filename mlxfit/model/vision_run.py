@@ -5,11 +5,11 @@ family's image rule, read from the folder's processor files."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import BadInput
-from .images import Rules, image_rules, parse_image_size, pixel_values_shape, shipped_image_rules, stand_in_images
+from .images import QwenRules, Rules, image_rules, parse_image_size, pixel_values_shape, shipped_image_rules, stand_in_images
 from .vision import VisionTraining
 
 # mlxfit's flag -> mlx_vlm.train's (build_parser): the flags a VLM's step takes.
@@ -33,6 +33,7 @@ class VisionRun:
     size_is_default: bool = False
     data: object = None  # model.image_data.ImageData
     notes: list = field(default_factory=list)
+    rules: object = None  # the family's image rule (model/images.py) the images were counted by
 
     @property
     def mode(self) -> str:
@@ -90,11 +91,15 @@ def _json(path: Path) -> dict:
     return read_config_file(path) if path.is_file() else {}
 
 
-def resolve_run(spec, config: dict, folder, model_id: str, settings: dict, data=None) -> VisionRun:
+def resolve_run(spec, config: dict, folder, model_id: str, settings: dict, data=None,
+                max_pixels: int | None = None) -> VisionRun:
     """The run: `settings` are probe's training flags with `image_size` ("WxH") and
-    `images_per_example`; with `data` (mlx-vlm's JSONL) its widest batch."""
+    `images_per_example`; with `data` (mlx-vlm's JSONL) its widest batch. `max_pixels`: a
+    Qwen family's processor capped there (its preprocessor_config.json's max_pixels)."""
     training = training_of(settings)
     rules = rules_of(config, folder, model_id)
+    if max_pixels is not None and isinstance(rules, QwenRules):
+        rules = replace(rules, max_pixels=max_pixels)
     size = settings.get("image_size")
     count = settings.get("images_per_example")
     if data:
@@ -112,7 +117,8 @@ def resolve_run(spec, config: dict, folder, model_id: str, settings: dict, data=
                      "(give --data to count its rows)")
     grids = [images.grid] * images.images
     return VisionRun(spec, training, max(training.max_seq_length, images.tokens), images.tokens, images.images,
-                     pixel_values_shape(rules, grids), None, images.size, images.size_is_default, notes=notes)
+                     pixel_values_shape(rules, grids), None, images.size, images.size_is_default, notes=notes,
+                     rules=rules)
 
 
 def _from_data(spec, training: VisionTraining, rules: Rules, data) -> VisionRun:
@@ -132,7 +138,7 @@ def _from_data(spec, training: VisionTraining, rules: Rules, data) -> VisionRun:
     tokens = read.widest.length if read.widest else min(widest.tokens, training.max_seq_length)
     image_tokens = read.widest.image_tokens if read.widest else widest.image_tokens
     return VisionRun(spec, training, tokens, image_tokens, len(heaviest.image_sizes),
-                     pixel_values_shape(rules, grids), len(read.examples), data=read, notes=notes)
+                     pixel_values_shape(rules, grids), len(read.examples), data=read, notes=notes, rules=rules)
 
 
 def _rows(indexes) -> str:

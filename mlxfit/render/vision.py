@@ -55,6 +55,8 @@ def render(answer, verbose: bool = False) -> None:
     print_hanging(f"[bold]Verdict[/]  {verdict_markup(v)}: the peak is the {e.peak.name}, {format_size(e.peak_bytes)} "
                   f"(range {format_size(low)}–{format_size(high)}: the spread of mlx-vlm runs measured on the CPU) "
                   f"against a budget of {format_gb(a.usable_bytes)}")
+    if verbose or not v.fits:
+        render_plans(a.plans)
     if a.measured is not None:
         render_measured(a.measured)
     if not verbose:
@@ -90,3 +92,13 @@ def render_measured(m) -> None:
     print_fields("Measured", [f"{format_size(m.peak_bytes)} over {m.steps} steps of mlx_vlm.train ({m.rows} rows of {source})",
                               f"predicted for that run {format_size(m.predicted_bytes)}", f"estimate {m.error * 100:+.1f}%"],
                  indent=10)
+
+
+def render_plans(plans: dict) -> None:
+    """Each change re-estimated alone, and the changes together where none fits alone."""
+    for title, changes in (("Changes", plans["singles"]), ("Plan", plans["combination"])):
+        if changes:
+            print_hanging(f"[bold]{title}[/]  each re-estimated (memory only: no step time for mlx-vlm's trainer yet)"
+                          if title == "Changes" else f"[bold]{title}[/]     together, in this order")
+        for c in changes:
+            print_hanging(f"  {c.flags}: {format_size(c.bytes)}, {verdict_markup(c.verdict)} · [dim]{c.cost}[/]")
