@@ -4,6 +4,7 @@ the estimate and the measuring child on a tiny random VLM."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import fields
 
 import pytest
@@ -174,3 +175,51 @@ def test_a_trained_tower_is_counted_against_mlx_vlms_trainer(tmp_path, family, s
     frozen = vision_estimate(info, VisionTraining(batch_size=batch, grad_checkpoint=training.grad_checkpoint),
                              tokens, image_tokens, pixels, rows=4)
     assert all(part not in m or m[part] == 0 for m in frozen.moments.values())
+
+
+@pytest.mark.parametrize("family, shape", [("qwen2_5_vl", (2, 768, 1176)), ("paligemma", (2, 3, 224, 224)),
+                                           ("idefics3", (5, 3, 224, 224))])
+def test_the_patch_embedding_holds_two_copies_of_its_pixels(family, shape):
+    """mlx-vlm's patch embedding as its model calls it (Qwen: the flattened patches reshaped
+    and moved; the others transposed to channels-last), its peak over its input."""
+    import mlx.core as mx
+
+    from mlxfit.model.vision import build
+
+    model, _ = build(config(family))
+    mx.eval(model.parameters())
+    x = mx.random.normal(shape)
+    mx.eval(x)
+    mx.set_cache_limit(0)
+    try:
+        before = mx.get_active_memory()
+        mx.reset_peak_memory()
+        if family == "qwen2_5_vl":
+            out = model.vision_tower.patch_embed(x.reshape(-1, shape[-1]))
+        else:
+            tower = model.vision_tower.vision_model if family == "paligemma" else model.vision_model
+            out = tower.embeddings.patch_embedding(x.transpose(0, 2, 3, 1))
+        mx.eval(out)
+        copies = (mx.get_peak_memory() - before) / x.nbytes
+    finally:
+        mx.set_cache_limit(10 ** 12)
+    assert 2.0 <= copies <= 2.1
+    info = vision_model(config(family))
+    pixels = shape[1:] if family == "qwen2_5_vl" else (1, *shape)
+    e = vision_estimate(info, VisionTraining(), 300, 256, pixels)
+    assert e.moments["patch embedding"]["patch embedding copies"] >= 2 * 4 * math.prod(pixels) - e.parts["batch pixels"]
+
+
+def test_one_rows_stack_is_the_cached_row():
+    """collate_vlm_batch's mx.stack of one row allocates nothing; of two, a copy."""
+    import mlx.core as mx
+
+    a, b = mx.random.normal((768, 1176)), mx.random.normal((768, 1176))
+    mx.eval(a, b)
+    before = mx.get_active_memory()
+    one = mx.stack([a])
+    mx.eval(one)
+    assert mx.get_active_memory() == before
+    two = mx.stack([a, b])
+    mx.eval(two)
+    assert mx.get_active_memory() - before >= 2 * a.nbytes

@@ -24,7 +24,7 @@ def groups(parts: dict) -> dict:
             out["weights and optimizer"] += value
         elif "pixels" in name:
             out["cached rows (pixels)"] += value
-        elif name.startswith("vision"):
+        elif name.startswith(("vision", "patch embedding")):
             out["vision tower"] += value
         elif "logits" in name:
             out["logits"] += value
