@@ -206,11 +206,12 @@ def vision_estimate(info: VisionModelInfo, training: VisionTraining, tokens: int
         "trainable_bytes": trainable, "pixel_bytes": pixel_bytes, "cached_rows": cached})
 
 
-# measured / predicted peak over every run of benchmarks/results/vision.md's design, checkpointed
-# and earlier blind sets (41 runs, with the trained tower's parts and the patch embedding's
-# moment): from 0.91 (9% over-predicted) to 1.08 (7% under); tests/test_probe_vision.py checks
-# the table stays inside it.
-EVIDENCE = (0.91, 1.08)
+# measured / predicted peak over every run of benchmarks/results/vision.md (63 runs: the design,
+# checkpointed and earlier blind sets, and the two blind sets drawn after the model was frozen):
+# from 0.87 (a checkpointed PaliGemma step, 14% over-predicted) to 1.08 (7% under). Widened to
+# hold the blind sets after they were measured; the estimate itself was not changed.
+# tests/test_probe_vision.py checks the table stays inside it.
+EVIDENCE = (0.87, 1.08)
 
 
 def evidence_range(peak_bytes: int) -> tuple[int, int]:
