@@ -2,11 +2,13 @@
 
     python benchmarks/vision.py            # measure what is missing, write results/vision.md
     python benchmarks/vision.py --set design   # only the design set
+    python benchmarks/vision.py --blind SEED --count 14   # draw a new blind set (seed chosen after the commit)
 
 Rows are drawn from a grid (family, image side 224..896, 1 or 2 images, batch 1 or 2,
-checkpointing, --train-vision) with a seed per set: the design set (seed 1) is what
-mlxfit/estimate/vision.py was written against; the blind set (seed 2) was drawn and
-measured after that model was frozen. Each row is measured by mlxfit/measure/vision_child.py
+checkpointing, --train-vision) with a seed per set: the design sets (seeds 1 and 3) are what
+mlxfit/estimate/vision.py was written against; the set of seed 2 was drawn blind for an
+earlier model and has been looked at since (in-sample now); `--blind SEED` draws a new set,
+remembered in results/vision_sets.json, for a model committed before the seed was chosen. Each row is measured by mlxfit/measure/vision_child.py
 (3 steps of mlx_vlm.train) and kept in results/vision_measured.json; the image tokens and
 pixel shape come from mlx-vlm's own dataset preparation (VisionDataset with the
 family's processor).
@@ -33,7 +35,12 @@ FAMILIES = ("qwen2_vl", "qwen2_5_vl", "paligemma", "idefics3")
 SIDES = (224, 448, 672, 896)
 # (seed, rows, checkpointing forced): the design set's first draw held no checkpointed run,
 # so a second design draw has every run checkpointed.
-SETS = {"design": (1, 24, False), "design-checkpointed": (3, 8, True), "blind": (2, 14, False)}
+SETS = {"design": (1, 24, False), "design-checkpointed": (3, 8, True), "earlier-blind": (2, 14, False)}
+DRAWN = RESULTS / "vision_sets.json"  # blind sets drawn with --blind: name -> [seed, rows, false]
+
+
+def every_set() -> dict:
+    return {**SETS, **({k: tuple(v) for k, v in json.loads(DRAWN.read_text()).items()} if DRAWN.exists() else {})}
 STEPS = 3
 
 
@@ -137,15 +144,23 @@ def table(name: str, rows: list[dict], measured: dict, where: Path) -> tuple[lis
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--set", choices=tuple(SETS), action="append")
+    parser.add_argument("--set", action="append", help=f"a set by name: {', '.join(SETS)} or blind-SEED")
+    parser.add_argument("--blind", type=int, metavar="SEED", help="draw a new blind set with this seed")
+    parser.add_argument("--count", type=int, default=14, help="rows of the set --blind draws [default: 14]")
     parser.add_argument("--measure-only", action="store_true")
     args = parser.parse_args()
-    sets = args.set or list(SETS)
+    if args.blind is not None:
+        drawn = json.loads(DRAWN.read_text()) if DRAWN.exists() else {}
+        drawn[f"blind-{args.blind}"] = [args.blind, args.count, False]
+        DRAWN.write_text(json.dumps(drawn, indent=1, sort_keys=True) + "\n")
+    sets = args.set or list(every_set())
+    if args.blind is not None and args.set is None:
+        sets = list(every_set())
     measured = json.loads(MEASURED.read_text()) if MEASURED.exists() else {}
     with tempfile.TemporaryDirectory(prefix="mlxfit-vision-") as tmp:
         where = Path(tmp)
         for name in sets:
-            for row in draw(*SETS[name]):
+            for row in draw(*every_set()[name]):
                 if key(row) not in measured:
                     measured[key(row)] = measure(row, where)
                     MEASURED.write_text(json.dumps(measured, indent=1, sort_keys=True))
@@ -156,7 +171,7 @@ def main() -> None:
                "mlx-vlm 0.7.10's own trainer (`mlx_vlm.train`, 3 steps, float32 tiny random VLMs on this",
                "machine's CPU), against `mlxfit/estimate/vision.py`. Reproduce: `python benchmarks/vision.py`.", ""]
         for name in sets:
-            lines, _ = table(f"{name} set (seed {SETS[name][0]})", draw(*SETS[name]), measured, where)
+            lines, _ = table(f"{name} set (seed {every_set()[name][0]})", draw(*every_set()[name]), measured, where)
             out += lines
     (RESULTS / "vision.md").write_text("\n".join(out))
     print("\n".join(out))

@@ -11,9 +11,6 @@ from pathlib import Path
 
 from .errors import BadInput, MlxfitError
 
-NO_PLANS = {"singles": [], "combination": []}  # changes for images are not searched yet
-
-
 @dataclass(frozen=True)
 class SizedVLM:
     """The model as sized: its id and mlx-vlm's parts (model/vision.py VisionModelInfo)."""
@@ -61,8 +58,13 @@ def probe(model_id: str, config: dict, folder, mode: str, data, settings: dict, 
     measured = None
     if do_measure:
         measured = _measure(info, folder, run, estimate, machine, reserve, force, timeout, steps, progress)
+    from .estimate.vision_plans import plans
+
+    def resolve(changes: dict, max_pixels: int | None):
+        return resolve_run(spec, config, folder, model_id, {**settings, **changes}, data, max_pixels=max_pixels)
+
     return PreferenceAnswer(machine, SizedVLM(model_id, info, Path(folder) if folder else None), run, estimate,
-                            NO_PLANS, run.data, measured, notes)
+                            plans(info, run, machine.usable_bytes, resolve), run.data, measured, notes)
 
 
 def _measure(info, folder, run, estimate, machine, reserve, force, timeout, steps, progress):

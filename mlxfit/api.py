@@ -75,7 +75,7 @@ def probe(model=None, *, config=None, data=None, method=None, train_mode=None, m
     from .model.preference import RUN_FLAGS, mode_from, read_yaml, refuse_mode_flags, refuse_sft_flags
 
     progress = progress or Silent()
-    images = {k: settings.pop(k, None) for k in ("image_size", "images_per_example")}
+    images = {k: settings.pop(k, None) for k in ("image_size", "images_per_example", "train_vision", "cache_size")}
     _known(settings)
     found = _vision_config(model, config, train_mode)
     if found is not None:  # the model chooses its mode: mlx-vlm's
@@ -89,7 +89,7 @@ def probe(model=None, *, config=None, data=None, method=None, train_mode=None, m
                             hostfile=hostfile, do_measure=measure, force=force, timeout=timeout, steps=steps,
                             progress=progress, reserve=reserve)
     for key, value in images.items():
-        if value is not None:
+        if value not in (None, False):
             from .errors import BadInput
 
             raise BadInput(f"--{key.replace('_', '-')} is for vision-language models (a config.json with a "

@@ -100,3 +100,89 @@ def test_the_range_holds_every_measured_run():
     assert len(ratios) >= 35
     assert EVIDENCE[0] <= min(ratios) and max(ratios) <= EVIDENCE[1]
     assert min(ratios) - EVIDENCE[0] < 0.01 and EVIDENCE[1] - max(ratios) < 0.01
+
+
+def test_train_vision_and_cache_size_are_mlx_vlm_trains_flags():
+    """Both exist in mlx_vlm.train's parser with these names: --train-vision off, --cache-size 32,
+    "none" read as no limit."""
+    from mlx_vlm.train import build_parser
+
+    parser = build_parser()
+    defaults = vars(parser.parse_args(["--model", "x"]))
+    assert defaults["train_vision"] is False and defaults["cache_size"] == 32
+    given = vars(parser.parse_args(["--model", "x", "--train-vision", "--cache-size", "none"]))
+    assert given["train_vision"] is True and given["cache_size"] is None
+    assert vars(parser.parse_args(["--model", "x", "--cache-size", "4"]))["cache_size"] == 4
+
+
+def test_train_vision_and_cache_size_change_the_answer_and_its_json(qwen):
+    base = json.loads(probe(qwen, "--image-size", "448x448", "--json").output)
+    trained = json.loads(probe(qwen, "--image-size", "448x448", "--train-vision", "--cache-size", "4", "--json").output)
+    assert base["run"]["training"]["train_vision"] is False and base["run"]["training"]["cache_size"] == 32
+    assert trained["run"]["training"]["train_vision"] is True and trained["run"]["training"]["cache_size"] == 4
+    cached = {p["name"]: p["breakdown"]["cached rows (pixels)"] for p in trained["estimate"]["phases"]}
+    assert set(cached.values()) == {4 * 1024 * 1176 * 4}  # 4 rows of 1024 patches x 1176 float32 values
+    r = probe(qwen, "--image-size", "448x448", "--train-vision", "--cache-size", "none")
+    assert r.exit_code == 0, r.output
+    assert "vision tower trained (--train-vision)" in r.output and "cache every row (--cache-size)" in r.output
+    assert "counted as 32 rows" in r.output
+
+
+@pytest.mark.parametrize("value", ["-1", "many", "2.5"])
+def test_a_bad_cache_size_is_one_line(qwen, value):
+    r = probe(qwen, "--cache-size", value)
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert f"--cache-size {value}: give the processed rows" in r.output
+
+
+def test_train_vision_on_a_model_without_images_is_refused():
+    r = probe(ROOT / "examples" / "tiny-llama", "--train-vision")
+    assert r.exit_code != 0 and "--train-vision is for vision-language models" in r.output
+
+
+def _json(*args) -> dict:
+    r = probe(*args, "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_plans_for_images_are_each_re_estimated(qwen, tmp_path):
+    """A run that does not fit gets changes for its images, each the estimate of the run it
+    makes: the max_pixels cap is the answer for a folder whose preprocessor_config.json has
+    it, and the others the answer with that flag."""
+    import shutil
+
+    run = ["--image-size", "896x896", "--images-per-example", "2", "--batch-size", "2", "--train-vision",
+           "--memory", "2GB", "--reserve", "1.7GB"]
+    d = _json(qwen, *run)
+    assert d["fits"] is False
+    changes = {c["flags"]: c for c in d["plans"]["singles"]}
+    assert {"--images-per-example 1", "no --train-vision", "--grad-checkpoint",
+            "--batch-size 1 --gradient-accumulation-steps 2", "--cache-size 2"} <= set(changes)
+    caps = [f for f in changes if f.startswith("max_pixels")]
+    assert caps and all(changes[f]["bytes"] < d["estimate"]["predicted_peak_bytes"] for f in changes)
+    capped = tmp_path / "capped"
+    shutil.copytree(qwen, capped)
+    pre = json.loads((capped / "preprocessor_config.json").read_text())
+    cap = int(caps[0].split()[1])
+    (capped / "preprocessor_config.json").write_text(json.dumps({**pre, "max_pixels": cap}))
+    assert changes[caps[0]]["bytes"] == _json(capped, *run)["estimate"]["predicted_peak_bytes"]
+    same = {"--images-per-example 1": ["--images-per-example", "1"], "--grad-checkpoint": ["--grad-checkpoint"],
+            "--cache-size 2": ["--cache-size", "2"]}
+    for flags, extra in same.items():
+        assert changes[flags]["bytes"] == _json(qwen, *run, *extra)["estimate"]["predicted_peak_bytes"], flags
+    frozen = [a for a in run if a != "--train-vision"]
+    assert changes["no --train-vision"]["bytes"] == _json(qwen, *frozen)["estimate"]["predicted_peak_bytes"]
+    accumulated = _json(qwen, *run, "--batch-size", "1", "--grad-accumulation-steps", "2")
+    assert changes["--batch-size 1 --gradient-accumulation-steps 2"]["bytes"] == accumulated["estimate"]["predicted_peak_bytes"]
+    plan = d["plans"]["combination"]
+    assert plan and plan[-1]["fits"] and [c["bytes"] for c in plan] == sorted((c["bytes"] for c in plan), reverse=True)
+
+
+def test_plans_show_on_the_screen_when_the_run_does_not_fit(qwen):
+    r = probe(qwen, "--image-size", "896x896", "--train-vision", "--memory", "2GB", "--reserve", "1.9GB")
+    assert r.exit_code == 0, r.output
+    assert "Changes" in r.output and "memory only" in r.output and "max_pixels" in r.output
+    assert "no --train-vision" in r.output
+    fits = probe(qwen, "--image-size", "224x224", "--memory", "16GB")
+    assert "Changes" not in fits.output and "Changes" in probe(qwen, "--image-size", "224x224", "--memory", "16GB", "-v").output

@@ -4,6 +4,7 @@ the estimate and the measuring child on a tiny random VLM."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import fields
 
 import pytest
@@ -126,3 +127,99 @@ def test_without_mlx_vlm_one_line_says_what_the_extra_adds(monkeypatch):
     with pytest.raises(MlxfitError) as e:
         vision.vision_model(config("qwen2_vl"))
     assert "\n" not in str(e.value) and "mlxfit[vlm]" in str(e.value)
+
+
+def test_a_tied_head_is_read_from_mlx_vlms_model():
+    """PaliGemma's Gemma takes its logits from embed_tokens.as_linear; Qwen2-VL and Idefics3
+    (tie_word_embeddings false) have an lm_head."""
+    assert vision_model(config("paligemma")).tied_head
+    assert not vision_model(config("qwen2_vl")).tied_head
+    assert not vision_model(config("idefics3")).tied_head
+    assert vision_model(config("paligemma")).vocab_size == tiny_vlms.VOCAB
+
+
+def measured_peak(tmp_path, family: str, size: tuple, batch: int, flags: list) -> tuple[dict, int, int, tuple]:
+    from mlx_vlm.trainer.datasets.loading import load
+    from mlx_vlm.trainer.vlm.sft.dataset import VisionDataset
+    from mlx_vlm.utils import get_model_and_args, load_config, load_processor
+
+    from mlxfit.measure.parent import run_child
+
+    model, data = tmp_path / "model", tmp_path / "data"
+    tiny_vlms.write_model(model, family)
+    tiny_vlms.write_data(data, size, images=1, rows=4)
+    cfg = load_config(model)
+    get_model_and_args(cfg)
+    row = VisionDataset(load(str(data))["train"], cfg, load_processor(model, True))[0]
+    ids = row["input_ids"].tolist()
+    image = cfg.get("image_token_id", cfg.get("image_token_index"))
+    done = run_child({"model": str(model), "data": str(data), "steps": 3, "flags": ["--batch-size", str(batch), *flags]},
+                     timeout=600, module="mlxfit.measure.vision_child")
+    return done["measured"], len(ids), sum(1 for t in ids if t == image), tuple(row["pixel_values"].shape)
+
+
+@pytest.mark.parametrize("family, size, batch, flags, part", [
+    # the language model's moment holds the tied head's logits and the patch embedding's input
+    ("paligemma", (448, 224), 2, ["--train-vision"], "logits (trained tower, tied head)"),
+    # a checkpointed block's backward runs its forward again
+    ("idefics3", (896, 448), 1, ["--grad-checkpoint", "--train-vision"], "vision block recomputed"),
+])
+def test_a_trained_tower_is_counted_against_mlx_vlms_trainer(tmp_path, family, size, batch, flags, part):
+    """What --train-vision keeps (traced on these runs: they were 13 to 17% under before)."""
+    measured, tokens, image_tokens, pixels = measured_peak(tmp_path, family, size, batch, flags)
+    info = vision_model(config(family))
+    training = VisionTraining(batch_size=batch, train_vision=True, grad_checkpoint="--grad-checkpoint" in flags)
+    estimate = vision_estimate(info, training, tokens, image_tokens, pixels, rows=4)
+    assert estimate.parts[part] > 0 or any(m.get(part) for m in estimate.moments.values())
+    assert abs(estimate.peak_bytes - measured["peak_bytes"]) / measured["peak_bytes"] < 0.08
+    frozen = vision_estimate(info, VisionTraining(batch_size=batch, grad_checkpoint=training.grad_checkpoint),
+                             tokens, image_tokens, pixels, rows=4)
+    assert all(part not in m or m[part] == 0 for m in frozen.moments.values())
+
+
+@pytest.mark.parametrize("family, shape", [("qwen2_5_vl", (2, 768, 1176)), ("paligemma", (2, 3, 224, 224)),
+                                           ("idefics3", (5, 3, 224, 224))])
+def test_the_patch_embedding_holds_two_copies_of_its_pixels(family, shape):
+    """mlx-vlm's patch embedding as its model calls it (Qwen: the flattened patches reshaped
+    and moved; the others transposed to channels-last), its peak over its input."""
+    import mlx.core as mx
+
+    from mlxfit.model.vision import build
+
+    model, _ = build(config(family))
+    mx.eval(model.parameters())
+    x = mx.random.normal(shape)
+    mx.eval(x)
+    mx.set_cache_limit(0)
+    try:
+        before = mx.get_active_memory()
+        mx.reset_peak_memory()
+        if family == "qwen2_5_vl":
+            out = model.vision_tower.patch_embed(x.reshape(-1, shape[-1]))
+        else:
+            tower = model.vision_tower.vision_model if family == "paligemma" else model.vision_model
+            out = tower.embeddings.patch_embedding(x.transpose(0, 2, 3, 1))
+        mx.eval(out)
+        copies = (mx.get_peak_memory() - before) / x.nbytes
+    finally:
+        mx.set_cache_limit(10 ** 12)
+    assert 2.0 <= copies <= 2.1
+    info = vision_model(config(family))
+    pixels = shape[1:] if family == "qwen2_5_vl" else (1, *shape)
+    e = vision_estimate(info, VisionTraining(), 300, 256, pixels)
+    assert e.moments["patch embedding"]["patch embedding copies"] >= 2 * 4 * math.prod(pixels) - e.parts["batch pixels"]
+
+
+def test_one_rows_stack_is_the_cached_row():
+    """collate_vlm_batch's mx.stack of one row allocates nothing; of two, a copy."""
+    import mlx.core as mx
+
+    a, b = mx.random.normal((768, 1176)), mx.random.normal((768, 1176))
+    mx.eval(a, b)
+    before = mx.get_active_memory()
+    one = mx.stack([a])
+    mx.eval(one)
+    assert mx.get_active_memory() == before
+    two = mx.stack([a, b])
+    mx.eval(two)
+    assert mx.get_active_memory() - before >= 2 * a.nbytes

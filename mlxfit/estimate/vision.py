@@ -102,6 +102,31 @@ def language_parts(info: VisionModelInfo, training: VisionTraining, width: int) 
     return detailed.moment_parts(f, detailed.coefficients()["cpu"])
 
 
+UNKNOWN_ROWS = 32  # without --data and with --cache-size none: mlx_vlm.train's default cache, said in a note
+
+
+def cached_rows(training: VisionTraining, rows: int | None) -> int:
+    """Rows CacheDataset keeps: every row up to --cache-size (none: every row)."""
+    if rows is None:
+        return training.cache_size if training.cache_size is not None else UNKNOWN_ROWS
+    return rows if training.cache_size is None else min(rows, training.cache_size)
+
+
+def trained_tower_parts(info: VisionModelInfo, training: VisionTraining, values_bytes: int, width: int) -> dict:
+    """What a trained tower (--train-vision, or --train-type full) keeps beside its blocks'
+    activations through the language model's backward (traced on the tiny models,
+    benchmarks/vision.py's families):
+    - the patch embedding's input: the batch's pixel values as its convolution reads them (a
+      transposed copy), kept for its weight's gradient where a frozen tower frees it;
+    - with a tied head (the language model's embed_tokens.as_linear, PaliGemma's Gemma): two
+      float32 logits-sized buffers stay alive into the blocks' backward."""
+    B = training.batch_size
+    parts = {"patch embedding input": int((1 - COEFFICIENTS["pixels_batch"]) * B * values_bytes)}
+    if info.tied_head:
+        parts["logits (trained tower, tied head)"] = 2 * B * (width - 1) * info.vocab_size * 4
+    return parts
+
+
 def vision_estimate(info: VisionModelInfo, training: VisionTraining, tokens: int, image_tokens: int,
                     pixel_shape: tuple, images: int = 1, rows: int | None = None) -> VisionBreakdown:
     """The peak of a step of `training.batch_size` examples of `tokens` tokens each
@@ -122,10 +147,10 @@ def vision_estimate(info: VisionModelInfo, training: VisionTraining, tokens: int
     state = (2 if training.optimizer in ("adam", "adamw") else 1) * trainable
     frozen = info.weight_bytes - (trainable if training.train_type == "full" else
                                   (info.vision_bytes + info.projector_bytes if training.train_vision else 0))
-    pixel_bytes = math.prod(pixel_shape) * 4
+    values_bytes = pixel_bytes = math.prod(pixel_shape) * 4
     if info.model_type in PIXEL_MASK_FAMILIES and len(pixel_shape) >= 4:
         pixel_bytes += math.prod(pixel_shape) // pixel_shape[-3] * 8  # pixel_attention_mask, int64
-    cached = min(rows if rows is not None else 10 ** 9, training.cache_size if training.cache_size is not None else 10 ** 9)
+    cached = cached_rows(training, rows)
     resident = {
         "weights (language model)": info.language_bytes if training.train_type != "full" else 0,
         "weights (vision tower and projector)": (info.vision_bytes + info.projector_bytes)
@@ -143,18 +168,32 @@ def vision_estimate(info: VisionModelInfo, training: VisionTraining, tokens: int
     scores = t.heads * B * groups * (per_example // max(groups, 1)) ** 2 * s
     act = P * (t.block_outputs + 4 * t.width) * s
     trains_vision = training.train_vision or training.train_type == "full"
-    kept = 0
+    kept, trained = 0, {}
+    block_kept = int(c["vision_kept_scores"] * scores + c["vision_kept_act"] * act)
     if trains_vision:
         kept = P * t.width * s * t.blocks if training.grad_checkpoint else \
             int(c["vision_kept_scores"] * t.full_attention_blocks * scores + c["vision_kept_act"] * t.blocks * act)
         # The tower's backward: one block's probabilities, their gradient and the scores'.
         once = c["vision_scores_backward"] * scores + c["vision_act_once"] * act
+        trained = trained_tower_parts(info, training, values_bytes, width)
     else:
         once = c["vision_scores_once"] * scores + c["vision_act_once"] * act
-    moments = {"vision tower": {"vision activations": int(once) + kept}}
+    tower = {"vision activations": int(once) + kept, "patch embedding input": trained.get("patch embedding input", 0)}
+    if trains_vision and training.grad_checkpoint:
+        # A checkpointed block's backward runs its forward again: that block's activations are alive with it.
+        tower["vision block recomputed"] = block_kept
+    # The patch embedding (every family's: the pixels transposed or moved to channels-last,
+    # then a convolution that copies its input again) holds two copies of the batch's pixel
+    # values while it runs (measured: 2.03 to 2.05 inputs on Qwen2-VL, Qwen2.5-VL, SigLIP, Idefics3).
+    # The batch's pixels are then whole: collate_vlm_batch's mx.stack copies 2 rows or more,
+    # and one row's stack is the cached row itself (the resident "batch pixels" is a fit over
+    # the step, replaced here by what is alive).
+    batch = B * pixel_bytes if B > 1 else 0
+    moments = {"patch embedding": {"patch embedding copies": 2 * B * values_bytes + batch - resident["batch pixels"]},
+               "vision tower": tower}
     for name, parts in language_parts(info, training, width).items():
         parts = {k: int(v * c["language"]) for k, v in parts.items()}
-        moments[f"language model ({name})"] = {**parts, "vision activations": kept}
+        moments[f"language model ({name})"] = {**parts, "vision activations": kept, **trained}
     moments["optimizer update"] = {"gradients": trainable}
     phase = max(moments, key=lambda m: sum(moments[m].values()))
     names = sorted({p for parts in moments.values() for p in parts})
@@ -167,10 +206,12 @@ def vision_estimate(info: VisionModelInfo, training: VisionTraining, tokens: int
         "trainable_bytes": trainable, "pixel_bytes": pixel_bytes, "cached_rows": cached})
 
 
-# measured / predicted peak over every run of benchmarks/results/vision.md (design, checkpointed
-# and blind sets, 41 runs): from 0.92 (8% over-predicted) to 1.21 (17% under-predicted, a
-# trained tower); tests/test_probe_vision.py checks the table stays inside it.
-EVIDENCE = (0.92, 1.21)
+# measured / predicted peak over every run of benchmarks/results/vision.md (63 runs: the design,
+# checkpointed and earlier blind sets, and the two blind sets drawn after the model was frozen):
+# from 0.87 (a checkpointed PaliGemma step, 14% over-predicted) to 1.08 (7% under). Widened to
+# hold the blind sets after they were measured; the estimate itself was not changed.
+# tests/test_probe_vision.py checks the table stays inside it.
+EVIDENCE = (0.87, 1.08)
 
 
 def evidence_range(peak_bytes: int) -> tuple[int, int]:

@@ -39,7 +39,8 @@ def flags_of(training) -> list[str]:
     out = ["--train-type", t.train_type, "--lora-rank", str(t.lora_rank), "--batch-size", str(t.batch_size),
            "--max-seq-length", str(t.max_seq_length), "--optimizer", t.optimizer,
            "--gradient-accumulation-steps", str(t.gradient_accumulation_steps)]
-    return out + (["--grad-checkpoint"] if t.grad_checkpoint else [])
+    out += ["--cache-size", "none" if t.cache_size is None else str(t.cache_size)]
+    return out + (["--grad-checkpoint"] if t.grad_checkpoint else []) + (["--train-vision"] if t.train_vision else [])
 
 
 def write_stand_in_data(folder: Path, size: tuple, images: int, rows: int, words: int) -> Path:

@@ -110,6 +110,8 @@ class VisionModelInfo:
     lora_targets: tuple  # ((path, in_features, out_features), ...) mlx-vlm wraps
     tower: VisionTower
     language: object = field(default=None, repr=False)  # mlx-lm's ModelInfo of the language model, or None
+    tied_head: bool = False  # the language model's logits come from its embed_tokens (no lm_head module)
+    vocab_size: int = 0
 
     @property
     def weight_bytes(self) -> int:
@@ -237,7 +239,24 @@ def vision_model(config: dict, model_id: str = "model") -> VisionModelInfo:
         language_bytes=parts["language"], vision_bytes=parts["vision"], projector_bytes=parts["projector"],
         language_params=counts["language"], vision_params=counts["vision"], projector_params=counts["projector"],
         lora_targets=lora_targets(model), tower=_tower(model), language=_language_info(model_id, config),
+        tied_head=_tied_head(model), vocab_size=_vocab_size(config),
     )
+
+
+def _tied_head(model) -> bool:
+    """No lm_head module in the language model: its logits are embed_tokens.as_linear
+    (mlx_vlm/models/paligemma/language.py always; others where tie_word_embeddings)."""
+    from . import module_tree
+
+    language = model[LANGUAGE] if LANGUAGE in model else None
+    if language is None:
+        return False
+    return not any(path.split(".")[-1] == "lm_head" for path, _ in module_tree.modules(language))
+
+
+def _vocab_size(config: dict) -> int:
+    text = config.get("text_config") or {}
+    return int(text.get("vocab_size") or config.get("vocab_size") or 0)
 
 
 def adapter_elements(info: VisionModelInfo, rank: int) -> int:

@@ -5,17 +5,19 @@ family's image rule, read from the folder's processor files."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import BadInput
-from .images import Rules, image_rules, parse_image_size, pixel_values_shape, shipped_image_rules, stand_in_images
+from .images import QwenRules, Rules, image_rules, parse_image_size, pixel_values_shape, shipped_image_rules, stand_in_images
 from .vision import VisionTraining
 
 # mlxfit's flag -> mlx_vlm.train's (build_parser): the flags a VLM's step takes.
 FLAGS = {"fine_tune_type": "train_type", "rank": "lora_rank", "batch_size": "batch_size",
          "max_seq_length": "max_seq_length", "grad_checkpoint": "grad_checkpoint", "optimizer": "optimizer",
-         "grad_accumulation_steps": "gradient_accumulation_steps"}
+         "grad_accumulation_steps": "gradient_accumulation_steps", "train_vision": "train_vision",
+         "cache_size": "cache_size"}
+IMAGE_FLAGS = ("image_size", "images_per_example")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class VisionRun:
     size_is_default: bool = False
     data: object = None  # model.image_data.ImageData
     notes: list = field(default_factory=list)
+    rules: object = None  # the family's image rule (model/images.py) the images were counted by
 
     @property
     def mode(self) -> str:
@@ -50,13 +53,27 @@ class VisionRun:
 
 def training_of(settings: dict) -> VisionTraining:
     """mlxfit's flags given (None: not given) in mlx_vlm.train's names; the others refused."""
-    given = {k: v for k, v in settings.items() if v is not None}
-    other = sorted(set(given) - set(FLAGS) - {"image_size", "images_per_example"})
+    given = {k: v for k, v in settings.items() if v is not None and v is not False}
+    other = sorted(set(given) - set(FLAGS) - set(IMAGE_FLAGS))
     if other:
         raise BadInput(f"--{other[0].replace('_', '-')} is not an mlx_vlm.train flag: a vision-language model is "
                        f"trained by mlx_vlm.train (its flags here: {', '.join('--' + k.replace('_', '-') for k in FLAGS)})")
     values = {FLAGS[k]: v for k, v in given.items() if k in FLAGS}
+    if "cache_size" in values:
+        values["cache_size"] = cache_size(values["cache_size"])
     return VisionTraining(**values)
+
+
+def cache_size(value) -> int | None:
+    """--cache-size as mlx_vlm.train reads it (build_parser: "none" is None, no limit;
+    CoreTrainingArgs.validate refuses a negative size)."""
+    text = str(value).strip()
+    if text.lower() == "none":
+        return None
+    if not text.isdigit():
+        raise BadInput(f"--cache-size {value}: give the processed rows mlx_vlm.train keeps, a whole number (0 or more) "
+                       "or none (no limit)")
+    return int(text)
 
 
 def rules_of(config: dict, folder: Path | None, model_id: str) -> Rules:
@@ -74,11 +91,15 @@ def _json(path: Path) -> dict:
     return read_config_file(path) if path.is_file() else {}
 
 
-def resolve_run(spec, config: dict, folder, model_id: str, settings: dict, data=None) -> VisionRun:
+def resolve_run(spec, config: dict, folder, model_id: str, settings: dict, data=None,
+                max_pixels: int | None = None) -> VisionRun:
     """The run: `settings` are probe's training flags with `image_size` ("WxH") and
-    `images_per_example`; with `data` (mlx-vlm's JSONL) its widest batch."""
+    `images_per_example`; with `data` (mlx-vlm's JSONL) its widest batch. `max_pixels`: a
+    Qwen family's processor capped there (its preprocessor_config.json's max_pixels)."""
     training = training_of(settings)
     rules = rules_of(config, folder, model_id)
+    if max_pixels is not None and isinstance(rules, QwenRules):
+        rules = replace(rules, max_pixels=max_pixels)
     size = settings.get("image_size")
     count = settings.get("images_per_example")
     if data:
@@ -91,9 +112,13 @@ def resolve_run(spec, config: dict, folder, model_id: str, settings: dict, data=
     if images.tokens >= training.max_seq_length:
         notes.append(f"{images.tokens} image tokens per example pass --max-seq-length {training.max_seq_length}: "
                      "mlx-vlm stops the run with a ValueError rather than cut an image (raise --max-seq-length)")
+    if training.cache_size is None:
+        notes.append("--cache-size none keeps every processed row; without --data they are counted as 32 rows "
+                     "(give --data to count its rows)")
     grids = [images.grid] * images.images
     return VisionRun(spec, training, max(training.max_seq_length, images.tokens), images.tokens, images.images,
-                     pixel_values_shape(rules, grids), None, images.size, images.size_is_default, notes=notes)
+                     pixel_values_shape(rules, grids), None, images.size, images.size_is_default, notes=notes,
+                     rules=rules)
 
 
 def _from_data(spec, training: VisionTraining, rules: Rules, data) -> VisionRun:
@@ -113,7 +138,7 @@ def _from_data(spec, training: VisionTraining, rules: Rules, data) -> VisionRun:
     tokens = read.widest.length if read.widest else min(widest.tokens, training.max_seq_length)
     image_tokens = read.widest.image_tokens if read.widest else widest.image_tokens
     return VisionRun(spec, training, tokens, image_tokens, len(heaviest.image_sizes),
-                     pixel_values_shape(rules, grids), len(read.examples), data=read, notes=notes)
+                     pixel_values_shape(rules, grids), len(read.examples), data=read, notes=notes, rules=rules)
 
 
 def _rows(indexes) -> str:

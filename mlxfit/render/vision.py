@@ -24,7 +24,7 @@ def groups(parts: dict) -> dict:
             out["weights and optimizer"] += value
         elif "pixels" in name:
             out["cached rows (pixels)"] += value
-        elif name.startswith("vision"):
+        elif name.startswith(("vision", "patch embedding")):
             out["vision tower"] += value
         elif "logits" in name:
             out["logits"] += value
@@ -55,6 +55,8 @@ def render(answer, verbose: bool = False) -> None:
     print_hanging(f"[bold]Verdict[/]  {verdict_markup(v)}: the peak is the {e.peak.name}, {format_size(e.peak_bytes)} "
                   f"(range {format_size(low)}–{format_size(high)}: the spread of mlx-vlm runs measured on the CPU) "
                   f"against a budget of {format_gb(a.usable_bytes)}")
+    if verbose or not v.fits:
+        render_plans(a.plans)
     if a.measured is not None:
         render_measured(a.measured)
     if not verbose:
@@ -68,6 +70,8 @@ def render_sized(model, run, notes) -> None:
                            f"float{8 * i.dtype_bytes}"])
     words = [f"{run.spec.command} {t.train_type}", f"batch {t.batch_size}", f"max length {t.max_seq_length}"]
     words += ["grad checkpoint"] if t.grad_checkpoint else []
+    words += ["vision tower trained (--train-vision)"] if t.train_vision else []
+    words += [f"cache {'every row' if t.cache_size is None else f'{t.cache_size} rows'} (--cache-size)"]
     print_fields("Run", words)
     if run.data is None:
         size = "x".join(map(str, run.image_size)) + (" (the family's default; --image-size)" if run.size_is_default else "")
@@ -88,3 +92,13 @@ def render_measured(m) -> None:
     print_fields("Measured", [f"{format_size(m.peak_bytes)} over {m.steps} steps of mlx_vlm.train ({m.rows} rows of {source})",
                               f"predicted for that run {format_size(m.predicted_bytes)}", f"estimate {m.error * 100:+.1f}%"],
                  indent=10)
+
+
+def render_plans(plans: dict) -> None:
+    """Each change re-estimated alone, and the changes together where none fits alone."""
+    for title, changes in (("Changes", plans["singles"]), ("Plan", plans["combination"])):
+        if changes:
+            print_hanging(f"[bold]{title}[/]  each re-estimated (memory only: no step time for mlx-vlm's trainer yet)"
+                          if title == "Changes" else f"[bold]{title}[/]     together, in this order")
+        for c in changes:
+            print_hanging(f"  {c.flags}: {format_size(c.bytes)}, {verdict_markup(c.verdict)} · [dim]{c.cost}[/]")
