@@ -14,6 +14,7 @@ pytest.importorskip("mlx_vlm")
 
 import tiny_vlms  # noqa: E402
 from mlxfit.cli.main import cli  # noqa: E402
+from mlxfit.estimate.verdict import Verdict  # noqa: E402
 from mlxfit.model.images import shipped_image_facts  # noqa: E402
 from mlxfit.model.vision import vision_model  # noqa: E402
 from mlxfit.model.vlm_catalog import shipped_vlm, shipped_vlms  # noqa: E402
@@ -92,7 +93,7 @@ def test_probe_answers_offline_from_the_shipped_config(no_hub, model_id):
     d = json.loads(j.output)
     assert d["model"]["id"] == model_id and d["model"]["source"] == "catalog"
     assert d["model"]["params"] == sum(PARAMS[model_id])
-    assert d["verdict"] in ("fits", "tight", "does_not_fit", "does not fit")
+    assert d["verdict"] in {v.value for v in (Verdict.FITS, Verdict.TIGHT, Verdict.DOES_NOT_FIT)}
     assert any("shipped copy" in n for n in d["notes"])
 
 
