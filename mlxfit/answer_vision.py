@@ -18,6 +18,7 @@ class SizedVLM:
     id: str
     info: object
     path: Path | None
+    source: str = "hub"  # "local" (a folder), "catalog" (mlxfit's shipped config.json) or "hub"
 
     @property
     def params(self) -> int:
@@ -25,7 +26,7 @@ class SizedVLM:
 
     def to_dict(self) -> dict:
         i = self.info
-        return {"id": self.id, "source": "local" if self.path else "hub", "model_type": i.model_type,
+        return {"id": self.id, "source": self.source, "model_type": i.model_type,
                 "params": i.params, "bits": 8 * i.dtype_bytes, "dtype": f"float{8 * i.dtype_bytes}",
                 "language_params": i.language_params, "vision_params": i.vision_params,
                 "projector_params": i.projector_params, "path": str(self.path) if self.path else None}
@@ -39,6 +40,7 @@ def probe(model_id: str, config: dict, folder, mode: str, data, settings: dict, 
     from .answer_preference import PreferenceAnswer
     from .model.vision import vision_model
     from .model.vision_run import resolve_run
+    from .model.vlm_catalog import shipped_vlm
     from .modes import get_mode
 
     spec = get_mode(mode)
@@ -52,6 +54,10 @@ def probe(model_id: str, config: dict, folder, mode: str, data, settings: dict, 
     run = resolve_run(spec, config, folder, model_id, settings, data)
     estimate = spec.estimate(info, run, backend or machine.backend)
     notes = list(run.notes)
+    source = "local" if folder else "catalog" if shipped_vlm(model_id) else "hub"
+    if source == "catalog":
+        notes.append(f"config.json is mlxfit's shipped copy of {model_id}'s on the Hugging Face Hub "
+                     "(data/vlm_configs.json), read offline")
     if (backend or machine.backend) != estimate.backend:
         notes.append(f"estimated for the CPU backend: mlx-vlm's vision terms are fitted on CPU runs; no "
                      f"{backend or machine.backend} run of mlx-vlm has been measured")
@@ -63,7 +69,7 @@ def probe(model_id: str, config: dict, folder, mode: str, data, settings: dict, 
     def resolve(changes: dict, max_pixels: int | None):
         return resolve_run(spec, config, folder, model_id, {**settings, **changes}, data, max_pixels=max_pixels)
 
-    return PreferenceAnswer(machine, SizedVLM(model_id, info, Path(folder) if folder else None), run, estimate,
+    return PreferenceAnswer(machine, SizedVLM(model_id, info, Path(folder) if folder else None, source), run, estimate,
                             plans(info, run, machine.usable_bytes, resolve), run.data, measured, notes)
 
 

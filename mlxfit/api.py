@@ -116,19 +116,25 @@ def probe(model=None, *, config=None, data=None, method=None, train_mode=None, m
 
 
 def _vision_config(model, config, train_mode):
-    """(model id, config.json, folder, mode) of a model whose config has a vision part (a
-    local folder or config.json, or a Hub id whose image facts mlxfit ships); None otherwise."""
+    """(model id, config.json, folder, mode) of a model whose config has a vision part: a
+    local folder or config.json first, then a VLM whose config.json mlxfit ships
+    (data/vlm_configs.json, offline), then a Hub id whose image facts it ships (its
+    config.json from the Hub); None otherwise."""
     from pathlib import Path
 
     from .model.images import shipped_image_facts
     from .model.preference import read_yaml
     from .model.vision_run import folder_config
+    from .model.vlm_catalog import shipped_vlm
     from .modes import for_model
 
     spec = model or (read_yaml(Path(config)).get("model") if config else None)
     local = folder_config(spec)
+    shipped = shipped_vlm(spec)
     if local is not None:
         found = (str(spec), local[0], local[1])
+    elif shipped is not None:  # the catalog's copy of the Hub's config.json, as for language models
+        found = (shipped["id"], shipped["config"], None)
     elif spec and str(spec).lower() in shipped_image_facts():
         from .model.resolve import resolve_model
 
