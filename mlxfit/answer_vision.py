@@ -27,7 +27,7 @@ class SizedVLM:
     def to_dict(self) -> dict:
         i = self.info
         return {"id": self.id, "source": self.source, "model_type": i.model_type,
-                "params": i.params, "bits": 8 * i.dtype_bytes, "dtype": f"float{8 * i.dtype_bytes}",
+                "params": i.params, "bits": 8 * i.dtype_bytes, "dtype": i.dtype,
                 "language_params": i.language_params, "vision_params": i.vision_params,
                 "projector_params": i.projector_params, "path": str(self.path) if self.path else None}
 

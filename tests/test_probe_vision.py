@@ -52,6 +52,18 @@ def test_json_has_the_shape_of_every_answer(qwen):
     assert d["run"]["image_tokens"] == 37 * 27 and d["verdict"] == "fits"
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_the_model_s_dtype_is_named_as_its_config_names_it(tmp_path, dtype):
+    """bfloat16 and float16 are both 2 bytes: the name is the checkpoint's, not read off its width."""
+    folder = tmp_path / "qwen2_vl"
+    config = tiny_vlms.write_model(folder, "qwen2_vl")
+    (folder / "config.json").write_text(json.dumps({**config, "torch_dtype": dtype}))
+    d = json.loads(probe(folder, "--memory", "16GB", "--json").output)
+    assert d["model"]["dtype"] == dtype and d["model"]["bits"] == (32 if dtype == "float32" else 16)
+    r = probe(folder, "--memory", "16GB")
+    assert r.exit_code == 0 and dtype in r.output.split("Run")[0]
+
+
 @pytest.mark.parametrize("size", ["12by3", "0x10", "448"])
 def test_a_bad_image_size_is_one_line(qwen, size):
     r = probe(qwen, "--image-size", size)

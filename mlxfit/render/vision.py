@@ -67,7 +67,7 @@ def render_sized(model, run, notes) -> None:
     i, t = model.info, run.training
     print_fields("Model", [model.id, f"{i.params:,} parameters", f"language model {i.language_params:,}",
                            f"vision tower and projector {i.vision_params + i.projector_params:,}",
-                           f"float{8 * i.dtype_bytes}"])
+                           i.dtype])
     words = [f"{run.spec.command} {t.train_type}", f"batch {t.batch_size}", f"max length {t.max_seq_length}"]
     words += ["grad checkpoint"] if t.grad_checkpoint else []
     words += ["vision tower trained (--train-vision)"] if t.train_vision else []
