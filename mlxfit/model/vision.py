@@ -278,3 +278,21 @@ def padded_width(tokens: int, training: VisionTraining) -> int:
     longest = min(tokens, training.max_seq_length)
     m = training.pad_to_multiple
     return min(max(2, math.ceil(longest / m) * m), training.max_seq_length)
+
+
+def with_language_blocks(config: dict, blocks: int) -> dict:
+    """config.json with its language model cut to its first `blocks` blocks (a slice
+    measured by mlxfit/measure/vision.py): num_hidden_layers where the language model
+    reads it (its text_config, or the config itself) and the per-block lists cut with it."""
+    import copy
+
+    from .lazy_model import text_config
+
+    config = copy.deepcopy(config)
+    for c in {id(c): c for c in (config, text_config(config))}.values():
+        if "num_hidden_layers" in c or c is text_config(config):
+            c["num_hidden_layers"] = blocks
+        for name in ("layer_types",):
+            if isinstance(c.get(name), list):
+                c[name] = c[name][:blocks]
+    return config
