@@ -27,13 +27,13 @@ class SizedVLM:
     def to_dict(self) -> dict:
         i = self.info
         return {"id": self.id, "source": self.source, "model_type": i.model_type,
-                "params": i.params, "bits": 8 * i.dtype_bytes, "dtype": f"float{8 * i.dtype_bytes}",
+                "params": i.params, "bits": 8 * i.dtype_bytes, "dtype": i.dtype,
                 "language_params": i.language_params, "vision_params": i.vision_params,
                 "projector_params": i.projector_params, "path": str(self.path) if self.path else None}
 
 
 def probe(model_id: str, config: dict, folder, mode: str, data, settings: dict, machine, backend, *, refused: dict, hostfile=None,
-          do_measure=False, force=False, timeout=900, steps=6, progress=None, reserve=None):
+          do_measure=False, by_slice=False, force=False, timeout=900, steps=6, progress=None, reserve=None):
     """A VLM's run answered. `refused`: flag -> given value of probe's flags that do not
     apply (each refused in one line); `settings`: the training flags with `image_size` and
     `images_per_example`."""
@@ -63,7 +63,7 @@ def probe(model_id: str, config: dict, folder, mode: str, data, settings: dict, 
                      f"{backend or machine.backend} run of mlx-vlm has been measured")
     measured = None
     if do_measure:
-        measured = _measure(info, folder, run, estimate, machine, reserve, force, timeout, steps, progress)
+        measured = _measure(info, folder, run, estimate, machine, reserve, force, by_slice, timeout, steps, progress)
     from .estimate.vision_plans import plans
 
     def resolve(changes: dict, max_pixels: int | None):
@@ -73,23 +73,43 @@ def probe(model_id: str, config: dict, folder, mode: str, data, settings: dict, 
                             plans(info, run, machine.usable_bytes, resolve), run.data, measured, notes)
 
 
-def _measure(info, folder, run, estimate, machine, reserve, force, timeout, steps, progress):
-    """Refused when this machine's budget is below the estimate (a VLM is measured whole);
-    the prediction beside it is the estimate of the run measured (its width and rows)."""
+def _measure(info, folder, run, estimate, machine, reserve, force, by_slice, timeout, steps, progress):
+    """Whole, or by slice where the estimate exceeds this machine's budget (or with
+    --slice), refused where even the largest slice's estimate exceeds it (--force
+    measures the whole); the prediction beside it is the estimate of the run measured
+    (its width and rows)."""
     from .answer import local_usable_bytes
     from .estimate.vision import vision_estimate
     from .measure.parent import stopping_children
-    from .measure.vision import measure
+    from .measure.slicing import slice_needed
+    from .measure.vision import measure, measure_by_slices, slice_plan
     from .units import format_size
 
     usable = local_usable_bytes(machine, reserve)
-    if estimate.peak_bytes > usable and not force:
-        raise MlxfitError(f"refusing to measure: the estimate ({format_size(estimate.peak_bytes)}) exceeds this "
-                          f"machine's {format_size(usable)} budget, and mlx-vlm's trainer cannot be measured by slice; "
-                          "change the run or pass --force")
+    plan = slice_plan(info, run) if by_slice or slice_needed(estimate.peak_bytes, usable, force) else None
+    if plan is not None:
+        need = _largest_slice(info, run, plan)
+        if need > usable and not force:
+            raise MlxfitError(f"refusing to measure: the estimate ({format_size(estimate.peak_bytes)}) exceeds this "
+                              f"machine's {format_size(usable)} budget, and even the largest slice of its language "
+                              f"model needs about {format_size(need)}; change the run or pass --force")
     with stopping_children(), progress.measurement() as on_event:
-        m = measure(folder, run, steps=min(steps, 3), timeout=timeout, on_event=on_event)
+        if plan is not None:
+            m = measure_by_slices(folder, run, plan, steps=min(steps, 3), timeout=timeout, on_event=on_event)
+        else:
+            m = measure(folder, run, steps=min(steps, 3), timeout=timeout, on_event=on_event)
     width = max(m.widths) if m.widths else run.tokens
     predicted = vision_estimate(info, run.training, width, run.image_tokens, run.pixel_shape, images=run.images,
                                 rows=m.rows).peak_bytes
     return replace(m, predicted_bytes=predicted)
+
+
+def _largest_slice(info, run, plan) -> int:
+    """The estimate of the largest slice's step (the model with that many language blocks)."""
+    from .estimate.vision import vision_estimate
+    from .model.vision import vision_model, with_language_blocks
+
+    blocks = max(s.blocks for s in plan.slices)
+    cut = vision_model(with_language_blocks(info.config, blocks), "slice")
+    return vision_estimate(cut, run.training, run.tokens, run.image_tokens, run.pixel_shape, images=run.images,
+                           rows=run.rows).peak_bytes

@@ -81,13 +81,13 @@ def probe(model=None, *, config=None, data=None, method=None, train_mode=None, m
     if found is not None:  # the model chooses its mode: mlx-vlm's
         from .answer_vision import probe as vision_probe
 
-        refused = {"-c/--config": config, "--method": method, "--slice": by_slice, "--skip-bad-lines": skip_bad_lines,
+        refused = {"-c/--config": config, "--method": method, "--skip-bad-lines": skip_bad_lines,
                    "--trust-remote-code": trust_remote_code, "--chip": chip, "--iters": iters}
         refused.update({f"--{k.replace('_', '-')}": settings.pop(k) for k in RUN_FLAGS if k in settings})
         return vision_probe(found[0], found[1], found[2], found[3], data, {**settings, **images},
                             get_machine(_size(memory), _size(gpu_memory), reserve), backend, refused=refused,
-                            hostfile=hostfile, do_measure=measure, force=force, timeout=timeout, steps=steps,
-                            progress=progress, reserve=reserve)
+                            hostfile=hostfile, do_measure=measure, by_slice=by_slice, force=force, timeout=timeout,
+                            steps=steps, progress=progress, reserve=reserve)
     for key, value in images.items():
         if value not in (None, False):
             from .errors import BadInput

@@ -52,6 +52,18 @@ def test_json_has_the_shape_of_every_answer(qwen):
     assert d["run"]["image_tokens"] == 37 * 27 and d["verdict"] == "fits"
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_the_model_s_dtype_is_named_as_its_config_names_it(tmp_path, dtype):
+    """bfloat16 and float16 are both 2 bytes: the name is the checkpoint's, not read off its width."""
+    folder = tmp_path / "qwen2_vl"
+    config = tiny_vlms.write_model(folder, "qwen2_vl")
+    (folder / "config.json").write_text(json.dumps({**config, "torch_dtype": dtype}))
+    d = json.loads(probe(folder, "--memory", "16GB", "--json").output)
+    assert d["model"]["dtype"] == dtype and d["model"]["bits"] == (32 if dtype == "float32" else 16)
+    r = probe(folder, "--memory", "16GB")
+    assert r.exit_code == 0 and dtype in r.output.split("Run")[0]
+
+
 @pytest.mark.parametrize("size", ["12by3", "0x10", "448"])
 def test_a_bad_image_size_is_one_line(qwen, size):
     r = probe(qwen, "--image-size", size)
@@ -186,3 +198,40 @@ def test_plans_show_on_the_screen_when_the_run_does_not_fit(qwen):
     assert "no --train-vision" in r.output
     fits = probe(qwen, "--image-size", "224x224", "--memory", "16GB")
     assert "Changes" not in fits.output and "Changes" in probe(qwen, "--image-size", "224x224", "--memory", "16GB", "-v").output
+
+
+@pytest.fixture(scope="module")
+def deep_qwen(tmp_path_factory):
+    """Eight language blocks: enough for slices that peak where the whole run does."""
+    folder = tmp_path_factory.mktemp("vlm") / "qwen2_5_vl"
+    tiny_vlms.write_model(folder, "qwen2_5_vl", layers=8, width=128)
+    tiny_vlms.write_data(folder / "data", (448, 448))
+    return folder
+
+
+def test_a_run_over_this_machine_s_budget_is_measured_by_slice(deep_qwen, monkeypatch):
+    """The estimate over the budget: slices of the language model, each peaking at the
+    language model's moment as the whole does, extrapolated within 3% of the whole run."""
+    import mlxfit.answer
+
+    whole = json.loads(probe(deep_qwen, "--data", deep_qwen / "data", "--measure", "--json").output)["measured"]
+    assert whole["method"] == "whole" and whole["slice"] is None
+    monkeypatch.setattr(mlxfit.answer, "local_usable_bytes", lambda machine, reserve: 60_000_000)
+    d = json.loads(probe(deep_qwen, "--data", deep_qwen / "data", "--measure", "--json").output)
+    m = d["measured"]
+    assert d["estimate"]["predicted_peak_bytes"] > 60_000_000 and m["method"] == "slice"
+    # below three blocks a slice's peak is the vision tower's, not the language model's
+    assert [s["blocks"] for s in m["slice"]["blocks"]] == [3, 5, 4] and m["slice"]["total_blocks"] == 8
+    assert m["slice"]["peak_bytes"] < 60_000_000 < whole["peak_bytes"]
+    assert m["peak_bytes"] == pytest.approx(whole["peak_bytes"], rel=0.03)
+
+
+def test_a_slice_over_the_budget_or_a_shallow_model_is_refused_in_one_line(deep_qwen, qwen, monkeypatch):
+    import mlxfit.answer
+
+    monkeypatch.setattr(mlxfit.answer, "local_usable_bytes", lambda machine, reserve: 30_000_000)
+    r = probe(deep_qwen, "--data", deep_qwen / "data", "--measure")
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert "even the largest slice of its language model needs about" in r.output.strip().splitlines()[-1]
+    r = probe(qwen, "--data", deep_qwen / "data", "--measure", "--slice")  # two blocks: no slice holds fewer
+    assert r.exit_code == 1 and "can only be measured whole" in r.output.strip().splitlines()[-1]

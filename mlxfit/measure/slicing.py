@@ -134,21 +134,25 @@ def period(blocks: tuple[Block, ...]) -> int:
     return n
 
 
-def plan_slices(arch: Architecture, training: TrainingConfig) -> SlicePlan:
+def plan_slices(arch: Architecture, training: TrainingConfig, least: int = 1) -> SlicePlan:
     """One period of the trained blocks and at least three blocks' worth of whole
     periods, synchronously; two periods as mlx-lm runs them; at least two frozen
     blocks (whole periods) in front of the first where the run has frozen blocks. A
-    run with fewer than two periods of trained blocks has them measured whole."""
+    run with fewer than two periods of trained blocks has them measured whole.
+    `least`: the base slice holds at least that many trained blocks (whole periods),
+    each slice as many more (a step whose peak is not in its blocks below that depth:
+    measure/vision.py)."""
     total = arch.num_layers
     n = training.layers_trained(total)
     p = period(arch.blocks[total - n:])
     frozen = total - n
-    if n >= 2 * p:
+    base = p * -(-max(least, 1) // p)
+    if n >= base + p:
         # A synchronous peak still moves by about one activation from run to run:
         # slices at least two blocks apart halve what that does per block.
-        deeper = p * max(2, -(-SYNCHRONOUS_SPAN // p))
-        deeper = deeper if deeper <= n else 2 * p
-        slices = [Slice(p, p), Slice(deeper, deeper), Slice(2 * p, 2 * p, synchronous=False)]
+        deeper = base - p + p * max(2, -(-SYNCHRONOUS_SPAN // p))
+        deeper = deeper if deeper <= n else base + p
+        slices = [Slice(base, base), Slice(deeper, deeper), Slice(base + p, base + p, synchronous=False)]
     elif frozen:
         slices = [Slice(n, n), Slice(n, n, synchronous=False)]
     else:

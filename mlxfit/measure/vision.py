@@ -5,7 +5,7 @@ random weights, --data or stand-in images of --image-size, a few steps."""
 from __future__ import annotations
 
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..errors import MlxfitError
@@ -24,6 +24,8 @@ class VisionMeasurement:
     rows: int  # the rows the trainer read
     stand_in: bool  # images of --image-size written for the measurement (no --data)
     predicted_bytes: int = 0  # the estimate of the run measured (its width and rows)
+    method: str = "whole"  # or "slice": peak_bytes extrapolated from slices of the language model
+    slice: dict | None = None  # the slices: their language blocks, peaks and the plan (measure_by_slices)
 
     @property
     def error(self) -> float:
@@ -65,8 +67,10 @@ def write_stand_in_data(folder: Path, size: tuple, images: int, rows: int, words
     return folder
 
 
-def measure(folder, run, steps: int = 3, timeout: float | None = None, on_event=lambda e: None) -> VisionMeasurement:
-    """A few steps of mlx_vlm.train on `run` (model/vision_run.py VisionRun) of the model in `folder`."""
+def measure(folder, run, steps: int = 3, timeout: float | None = None, on_event=lambda e: None,
+            language_blocks: int | None = None) -> VisionMeasurement:
+    """A few steps of mlx_vlm.train on `run` (model/vision_run.py VisionRun) of the model in `folder`;
+    with `language_blocks`, of the model with its language model cut to that many blocks."""
     from ..model.vision import require_mlx_vlm
     from .parent import run_child
 
@@ -79,8 +83,77 @@ def measure(folder, run, steps: int = 3, timeout: float | None = None, on_event=
         rows = len(run.data.examples) if run.data else 2 * run.training.batch_size
         data = Path(run.data.path).resolve() if run.data else write_stand_in_data(
             Path(tmp), run.image_size, run.images, rows, max(1, run.text_tokens - 16))
-        done = run_child({"model": str(folder), "data": str(data), "steps": steps, "flags": flags_of(run.training)},
-                         timeout, on_event, module="mlxfit.measure.vision_child")
+        request = {"model": str(folder), "data": str(data), "steps": steps, "flags": flags_of(run.training),
+                   "language_blocks": language_blocks}
+        done = run_child(request, timeout, on_event, module="mlxfit.measure.vision_child")
     m = done["measured"]
     return VisionMeasurement(m["peak_bytes"], tuple(m["step_peaks_bytes"]), m["steps"], m["seconds"], tuple(m["widths"]),
                              tuple(m["vision_tokens"]), rows, run.data is None)
+
+
+MARGIN = 1.1  # the whole run's peak moment leads a slice's other moments by this much (vision.md's range: 0.87-1.08)
+
+
+def slice_plan(info, run):
+    """The slices of a VLM's language model (mlxfit/measure/slicing.py plan_slices), every
+    block trained (mlx-vlm's LoRA wraps every block's linears; full trains them all). The
+    vision tower, projector, embedding, head and logits are whole in each slice, so a
+    shallow slice's peak can be another moment than the whole run's (the vision tower's,
+    not the language model's): the base slice is the shallowest whose estimate peaks at
+    the whole run's moment, ahead of the others by MARGIN, so that the slices grow by
+    the blocks the whole run adds."""
+    from ..model.training import TrainingConfig
+    from ..model.vision import with_language_blocks
+    from .slicing import period, plan_slices
+
+    if info.language is None or info.language.architecture is None:
+        raise MlxfitError(f"mlx-lm has no model for {info.model_type}'s language model, so its blocks cannot be "
+                          "sliced: it can only be measured whole (--force)")
+    arch = info.language.architecture
+    whole = _moments(info, run)
+    kind = _kind(max(whole, key=whole.get))
+    p = period(arch.blocks)
+    for least in range(p, arch.num_layers, p):
+        cut = _moments(_sliced(info, with_language_blocks(info.config, least)), run)
+        peak = max(cut, key=cut.get)
+        others = [v for k, v in cut.items() if _kind(k) != kind]
+        if _kind(peak) == kind and cut[peak] >= MARGIN * max(others, default=0):
+            return plan_slices(arch, TrainingConfig(num_layers=-1), least=least)
+    raise MlxfitError(f"no slice of the {arch.num_layers} language blocks peaks where the whole run does "
+                      f"({kind}): it can only be measured whole (--force)")
+
+
+def _kind(moment: str) -> str:
+    """The language model's moments (at its loss, at a block) grow with its blocks alike."""
+    return "language model" if moment.startswith("language model") else moment
+
+
+def _sliced(info, config):
+    from ..model.vision import vision_model
+
+    return vision_model(config, "slice")
+
+
+def _moments(info, run) -> dict:
+    from ..estimate.vision import vision_estimate
+
+    return {name: sum(parts.values()) for name, parts in vision_estimate(
+        info, run.training, run.tokens, run.image_tokens, run.pixel_shape, images=run.images, rows=run.rows).moments.items()}
+
+
+def measure_by_slices(folder, run, plan, steps: int = 3, timeout: float | None = None,
+                      on_event=lambda e: None) -> VisionMeasurement:
+    """mlx_vlm.train on the model with its language model cut to each slice's blocks of
+    `plan` (slice_plan),
+    each in a child of its own, as measure() runs the whole; the whole run's peak is
+    extrapolated by the slices' increase per block (slicing.py SlicePlan.extrapolate).
+    mlx-vlm's trainer runs each slice as it runs the whole (none is synchronous)."""
+    measured = [measure(folder, run, steps, timeout, on_event, language_blocks=s.blocks) for s in plan.slices]
+    anchor = measured[plan.slices.index(plan.as_run)]
+    return replace(anchor, peak_bytes=plan.extrapolate([m.peak_bytes for m in measured]), step_peaks_bytes=(),
+                   seconds=sum(m.seconds for m in measured), method="slice",
+                   slice={**plan.to_dict(), "blocks": [{"blocks": s.blocks, "trained": s.trained} for s in plan.slices],
+                          "peaks_bytes": [m.peak_bytes for m in measured],
+                          "peak_bytes": max(m.peak_bytes for m in measured),
+                          "how": f"slices of {', '.join(str(s.blocks) for s in plan.slices)} of the "
+                                 f"{plan.total} language blocks (every block trained)"})

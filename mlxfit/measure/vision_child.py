@@ -30,17 +30,26 @@ from .child import emit, serve
 WEIGHTS = "model.safetensors"
 
 
-def random_weights_folder(source: Path, target: Path) -> Path:
+def random_weights_folder(source: Path, target: Path, language_blocks: int | None = None) -> Path:
     """`source`'s files linked into `target`, plus random weights drawn from the
-    model class mlx_vlm.utils.load_model builds for its config.json."""
+    model class mlx_vlm.utils.load_model builds for its config.json; with
+    `language_blocks`, config.json's language model is cut to that many blocks (a slice)."""
+    import json
+
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_vlm.utils import get_model_and_args, load_config, update_module_configs
 
     target.mkdir(parents=True, exist_ok=True)
     for item in Path(source).iterdir():
-        if item.name != WEIGHTS and not item.name.endswith(".safetensors") and item.is_file():
+        cut = language_blocks is not None and item.name == "config.json"
+        if item.name != WEIGHTS and not item.name.endswith(".safetensors") and item.is_file() and not cut:
             (target / item.name).symlink_to(item.resolve())
+    if language_blocks is not None:
+        from ..model.vision import with_language_blocks
+
+        config = json.loads((Path(source) / "config.json").read_text())
+        (target / "config.json").write_text(json.dumps(with_language_blocks(config, language_blocks)))
     config = load_config(target)
     model_class, _ = get_model_and_args(config=config)
     config.setdefault("text_config", config.pop("llm_config", {}))
@@ -64,7 +73,7 @@ def measure_steps(request: dict, emit_event=emit) -> dict:
 
     workdir = Path(os.getcwd())
     emit_event("stage", stage="drawing random weights")
-    model = random_weights_folder(Path(request["model"]), workdir / "model")
+    model = random_weights_folder(Path(request["model"]), workdir / "model", request.get("language_blocks"))
     mx.clear_cache()
     argv = ["--model", str(model), "--data", str(request["data"]), "--iters", str(request["steps"]),
             "--steps-per-report", "1", "--steps-per-save", str(10 ** 9),

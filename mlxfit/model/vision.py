@@ -112,6 +112,7 @@ class VisionModelInfo:
     language: object = field(default=None, repr=False)  # mlx-lm's ModelInfo of the language model, or None
     tied_head: bool = False  # the language model's logits come from its embed_tokens (no lm_head module)
     vocab_size: int = 0
+    dtype: str = "bfloat16"  # the checkpoint's, as config.json names it (mlx-vlm loads the weights in it)
 
     @property
     def weight_bytes(self) -> int:
@@ -239,8 +240,15 @@ def vision_model(config: dict, model_id: str = "model") -> VisionModelInfo:
         language_bytes=parts["language"], vision_bytes=parts["vision"], projector_bytes=parts["projector"],
         language_params=counts["language"], vision_params=counts["vision"], projector_params=counts["projector"],
         lora_targets=lora_targets(model), tower=_tower(model), language=_language_info(model_id, config),
-        tied_head=_tied_head(model), vocab_size=_vocab_size(config),
+        tied_head=_tied_head(model), vocab_size=_vocab_size(config), dtype=_dtype_name(config),
     )
+
+
+def _dtype_name(config: dict) -> str:
+    from .lazy_model import DTYPES, checkpoint_dtype
+
+    dtype = checkpoint_dtype(config)
+    return next(name for name, d in DTYPES.items() if d == dtype)
 
 
 def _tied_head(model) -> bool:
@@ -270,3 +278,21 @@ def padded_width(tokens: int, training: VisionTraining) -> int:
     longest = min(tokens, training.max_seq_length)
     m = training.pad_to_multiple
     return min(max(2, math.ceil(longest / m) * m), training.max_seq_length)
+
+
+def with_language_blocks(config: dict, blocks: int) -> dict:
+    """config.json with its language model cut to its first `blocks` blocks (a slice
+    measured by mlxfit/measure/vision.py): num_hidden_layers where the language model
+    reads it (its text_config, or the config itself) and the per-block lists cut with it."""
+    import copy
+
+    from .lazy_model import text_config
+
+    config = copy.deepcopy(config)
+    for c in {id(c): c for c in (config, text_config(config))}.values():
+        if "num_hidden_layers" in c or c is text_config(config):
+            c["num_hidden_layers"] = blocks
+        for name in ("layer_types",):
+            if isinstance(c.get(name), list):
+                c[name] = c[name][:blocks]
+    return config

@@ -17,8 +17,6 @@ class VLM(Mode):
     def refusal(self, *, hostfile=None, by_slice=False, skip_bad_lines=False) -> str | None:
         if hostfile:
             return "--hostfile with a vision-language model: mlxfit plans mlx_vlm.train runs for one machine"
-        if by_slice:
-            return "--slice with a vision-language model: mlx-vlm's trainer is measured whole; leave --slice out"
         if skip_bad_lines:
             return "--skip-bad-lines with a vision-language model: mlx-vlm reads every row of --data"
         return None

@@ -67,7 +67,7 @@ def render_sized(model, run, notes) -> None:
     i, t = model.info, run.training
     print_fields("Model", [model.id, f"{i.params:,} parameters", f"language model {i.language_params:,}",
                            f"vision tower and projector {i.vision_params + i.projector_params:,}",
-                           f"float{8 * i.dtype_bytes}"])
+                           i.dtype])
     words = [f"{run.spec.command} {t.train_type}", f"batch {t.batch_size}", f"max length {t.max_seq_length}"]
     words += ["grad checkpoint"] if t.grad_checkpoint else []
     words += ["vision tower trained (--train-vision)"] if t.train_vision else []
@@ -89,9 +89,12 @@ def render_sized(model, run, notes) -> None:
 
 def render_measured(m) -> None:
     source = "stand-in images of --image-size" if m.stand_in else "--data"
-    print_fields("Measured", [f"{format_size(m.peak_bytes)} over {m.steps} steps of mlx_vlm.train ({m.rows} rows of {source})",
-                              f"predicted for that run {format_size(m.predicted_bytes)}", f"estimate {m.error * 100:+.1f}%"],
-                 indent=10)
+    how = [f"{format_size(m.peak_bytes)} over {m.steps} steps of mlx_vlm.train ({m.rows} rows of {source})"]
+    if m.method == "slice":
+        how = [f"{format_size(m.peak_bytes)} extrapolated from {m.steps} steps of mlx_vlm.train on {m.slice['how']} "
+               f"({m.rows} rows of {source}; the largest slice's peak {format_size(m.slice['peak_bytes'])})"]
+    print_fields("Measured", [*how, f"predicted for that run {format_size(m.predicted_bytes)}",
+                              f"estimate {m.error * 100:+.1f}%"], indent=10)
 
 
 def render_plans(plans: dict) -> None:
