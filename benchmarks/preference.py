@@ -221,10 +221,15 @@ def one(name, mode, n, flags, tmp: Path) -> dict:
     else:
         e = estimate_run(model, run, "cpu", length=width, miniatures=True)
         m = measure(model, run, width, steps=3, timeout=900)
+    fitted = estimate_run(model, run, "cpu", **({"prompt_length": width} if mode == "grpo" else {"length": width}))
     real = real_run(model_dir, tmp / "data", mode, run, tmp)
-    return {"config": name, "mode": mode, "width": width, "flags": flags, "estimate": e.peak_bytes,
-            "phase": e.peak.name, "measured": m.peak_bytes, "measured_completions": list(m.completion_lengths),
-            "compiled": m.compiled, "real": round(max(real["peaks_gb"]) * 1e9), "real_completions": real["lengths"]}
+    out = {"config": name, "mode": mode, "width": width, "flags": flags, "estimate": e.peak_bytes,
+           "estimate_fitted": fitted.peak_bytes, "phase": e.peak.name, "measured": m.peak_bytes,
+           "measured_completions": list(m.completion_lengths), "compiled": m.compiled,
+           "real": round(max(real["peaks_gb"]) * 1e9), "real_completions": real["lengths"]}
+    if e.logits_buffers is not None:  # so that --rescore uses the count the estimate used
+        out["logits_buffers"] = e.logits_buffers
+    return out
 
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -607,7 +612,7 @@ def write(results, lines, out) -> None:
         tail.append(f"{len(results)} runs. Estimate |error| against mlx_lm_lora.train: median {statistics.median(est):.1f}%, "
                     f"worst {max(est):.1f}% (with the fitted count: median {statistics.median(fit):.1f}%, worst "
                     f"{max(fit):.1f}%). --measure: median {statistics.median(mea):.1f}%, worst {max(mea):.1f}%.")
-        for mode in ("dpo", "cpo", "orpo", "grpo"):
+        for mode in ("dpo", "cpo", "orpo", "grpo", "lora_sft"):
             e = [x for x, r in zip(est, results) if r["mode"] == mode]
             if e:
                 tail.append(f"- {mode}: {len(e)} runs, estimate median {statistics.median(e):.1f}%, worst {max(e):.1f}%")

@@ -673,6 +673,49 @@ def test_full_fine_tuning_of_a_base_quantized_at_load_trains_only_the_unquantize
     assert e.peak.parts["weights (trainable)"] == sum(math.prod(s) * size for s, size in real)
 
 
+@needs_rl
+def test_a_full_fine_tune_trains_every_parameter_whatever_num_layers(tmp_path, tokenizer_folder):
+    """mlx_lm_lora/train.py build_lora_config gives no LoRA config for --train-type full, and
+    utils.py from_pretrained freezes nothing without one: the embedding, the untied head, the
+    final norm and every block train, --num-layers 1 or not (mlx-lm's own full fine-tune
+    unfreezes the last --num-layers blocks only, and its estimate stays so). The estimate
+    counts them all trainable, the embedding's and head's gradients and Adam state too."""
+    from mlx.utils import tree_flatten
+    from mlx_lm_lora import train
+    from mlx_lm_lora.utils import from_pretrained
+
+    from mlxfit.estimate import detailed
+    from mlxfit.model.resolve import resolve_model
+
+    config = {**UNTIED_F32, "vocab_size": 1024}
+    folder = _model_with_weights(tmp_path / "model", tokenizer_folder, config)
+    args = train.build_parser().parse_args(["--model", str(folder), "--train-type", "full", "--num-layers", "1"])
+    lora_config = train.build_lora_config(args)
+    assert lora_config is None
+    model, _, _ = from_pretrained(str(folder), lora_config=lora_config)
+    real = dict(tree_flatten(model.trainable_parameters()))
+    assert set(real) == set(dict(tree_flatten(model.parameters())))
+    assert {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"} <= set(real)
+    assert any(k.startswith("model.layers.0.") for k in real) and any(k.startswith("model.layers.1.") for k in real)
+
+    sized = resolve_model(str(folder))
+    run = pref.resolve_run("orpo", {"fine_tune_type": "full", "num_layers": 1}, {})
+    assert any("--num-layers 1 does not limit --train-type full" in note for note in run.notes)
+    parts = est.estimate_run(sized, run, "cpu", length=80).peak.parts
+    trained = sum(v.nbytes for v in real.values())
+    outside = sum(v.nbytes for k, v in real.items() if not k.startswith("model.layers."))
+    assert parts["weights (trainable)"] == trained and not parts.get("weights (frozen)")
+    assert parts["optimizer state"] == 2 * trained  # adam: m and v, in the parameter's dtype
+    assert outside == (2 * 1024 + 1) * 128 * 4  # embedding, head, norm
+    assert est.vocabulary_training(sized, run.training) == (outside, 2 * outside, outside)
+    # Alive at the peak: their gradients at the loss, or their update in flight (ORPO: two passes).
+    assert parts.get(est.OUTSIDE_GRADIENTS) == outside or parts.get(est.OUTSIDE_UPDATE) == int(3.2 * outside)
+    # mlx-lm's full fine-tune (mlx_lm/lora.py): the last --num-layers blocks only.
+    mlx_lm = detailed.counted(sized, run.training)[1]
+    assert sum(math.prod(shape) * size for shape, size in mlx_lm) == sum(
+        v.nbytes for k, v in real.items() if k.startswith("model.layers.1."))
+
+
 def test_probe_says_a_full_fine_tune_of_a_base_quantized_at_load_trains_the_norms(model_folder):
     """It was refused; mlx_lm_lora.train runs it, training only what nn.quantize leaves unfrozen."""
     folder = str(model_folder(UNTIED_F32))

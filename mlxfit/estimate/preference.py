@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from ..measure.miniature import logits_buffers, logits_buffers_many
 from ..model.preference import EFFICIENT_STEP, PreferenceRun
@@ -145,18 +146,19 @@ def estimate_run(model: ModelInfo, run: PreferenceRun, backend: str = "cpu", len
         # Counted on a miniature of the model (mlxfit/measure/miniature.py): every
         # B x T x V buffer the step holds at its loss, the reference's included.
         sft = _sft(model, replace(t, batch_size=2 * B), backend, step_len, logits=lambda f: 0,
-                   kept_logits=int(count * B * T * V * 4), compiled=run.compiled)
+                   kept_logits=int(count * B * T * V * 4), compiled=run.compiled, passes=2)
     elif not run.spec.float32_scores:
         # Measured (benchmarks/results/preference.md): ORPO's two cross-entropies run
         # their backward one sequence at a time: the SFT logits term at B, plus the
         # other sequence's logits, kept.
-        sft = _sft(model, replace(t, batch_size=2 * B), backend, step_len, logits=lambda f: f / 2, kept_logits=B * T * V * s)
+        sft = _sft(model, replace(t, batch_size=2 * B), backend, step_len, logits=lambda f: f / 2, kept_logits=B * T * V * s,
+                   passes=2)
     else:
         # DPO and CPO: get_token_scores casts the logits to float32 before the
         # cross-entropy; measured, both sequences' logits work at once (the SFT
         # logits term at 2B, in float32).
         sft = _sft(model, replace(t, batch_size=2 * B), backend, step_len, logits=lambda f: f * 4 / s,
-                   compiled=run.compiled)
+                   compiled=run.compiled, passes=2)
     resident = _resident(sft)
     if ref:
         resident["reference copy"] = ref
@@ -243,16 +245,23 @@ def estimate_lora_sft(model: ModelInfo, run: PreferenceRun, backend: str = "cpu"
 
 
 def _sft(model: ModelInfo, training, backend: str, length: int, logits=lambda f: f, kept_logits: int = 0,
-         fused_cross_entropy: bool | None = None, compiled: bool = True) -> Breakdown:
+         fused_cross_entropy: bool | None = None, compiled: bool = True, passes: int = 1,
+         accumulated: bool = False) -> Breakdown:
     """detailed.estimate with the logits term changed: `logits` maps the SFT logits
     bytes (what the fitted logits coefficient scales), `kept_logits` adds bytes at
     the loss; `fused_cross_entropy` False where the mode computes its own log-softmax;
-    `compiled` False where the mode's step runs without mx.compile (CPO)."""
+    `compiled` False where the mode's step runs without mx.compile (CPO); `passes`: the
+    forward passes through the policy in one differentiated function (chosen and rejected: 2);
+    `accumulated` where the gradients of earlier microbatches are kept beside the step (GRPO)."""
     from ..runtime import Runtime
     from .detailed import backend_features, coefficients, combine, features
 
     runtime = Runtime.current(backend)
     frozen_quantized = training.fine_tune_type == "full" and (training.quantize or model.quantized)
+    every = trains_every_parameter(model, training)
+    if every:
+        # Every block trains whatever --num-layers says; the embedding, head and norm are added after.
+        training = replace(training, num_layers=-1)
     if frozen_quantized:
         # Sized as a run with nothing adapted (every block's backward still runs), then
         # what is really trainable put in (unquantized_trainable).
@@ -275,7 +284,107 @@ def _sft(model: ModelInfo, training, backend: str, length: int, logits=lambda f:
                  optimizer_bytes=sum(optimizer_state_elements(training.optimizer, [shape]) * size
                                      for shape, size in trainable),
                  base_bytes=f["base_bytes"] - trainable_bytes, adapter_act_bytes=0, dora_act_bytes=0)
-    return combine(f, c, training, backend)
+    sft = combine(f, c, training, backend)
+    if every:
+        sft = _with_outside_trained(sft, f, c, model, training, passes, compiled, accumulated)
+    return sft
+
+
+OUTSIDE_GRADIENTS = "gradients (embedding, head, final norm)"
+OUTSIDE_UPDATE = "update of the embedding, head, final norm"
+ACCUMULATED = "accumulated gradients"
+
+
+def trains_every_parameter(model: ModelInfo, training) -> bool:
+    """mlx-lm-lora's full fine-tune of a base not quantized: train.py build_lora_config gives
+    None for --train-type full and utils.py from_pretrained freezes nothing without it, so
+    every parameter trains (the embedding, an untied head and the final norm beside every
+    block), whatever --num-layers says (pinned in tests/test_preference.py). mlx-lm's own
+    full fine-tune (mlx_lm/lora.py) unfreezes the last --num-layers blocks only."""
+    return training.fine_tune_type == "full" and not (training.quantize or model.quantized)
+
+
+def outside_blocks(model: ModelInfo) -> tuple:
+    """((shape, itemsize), ...) of the parameters outside the blocks: the embedding, an
+    untied head and the final norm."""
+    return _outside_blocks(model.config_key)
+
+
+@lru_cache(maxsize=64)
+def _outside_blocks(config_key: str) -> tuple:
+    from ..model import lazy_model
+
+    base = lazy_model.model_for_key(config_key)
+    blocks = {id(a) for i in range(len(base.layers)) for _, a in lazy_model.block_arrays(base, i)}
+    return tuple((tuple(a.shape), a.dtype.size) for _, a in lazy_model.block_arrays(base, None) if id(a) not in blocks)
+
+
+def vocabulary_training(model: ModelInfo, training) -> tuple[int, int, int]:
+    """(weights, optimizer state, gradients) in bytes of the embedding, an untied head and
+    the final norm where mlx-lm-lora trains them (trains_every_parameter), 0 elsewhere. The
+    optimizer's state is in the parameter's dtype (mlx/optimizers init_single: zeros_like);
+    the gradients are alive from the loss's backward (the head's is its first product) to
+    the update."""
+    if not trains_every_parameter(model, training):
+        return 0, 0, 0
+    from .detailed import optimizer_state_elements
+
+    arrays = outside_blocks(model)
+    weights = sum(math.prod(shape) * size for shape, size in arrays)
+    state = sum(optimizer_state_elements(training.optimizer, [shape]) * size for shape, size in arrays)
+    return weights, state, weights
+
+
+def outside_update_bytes(model: ModelInfo, training, passes: int, compiled: bool) -> int:
+    """What the update of the embedding, head and final norm holds in flight, beside the
+    blocks' (detailed.update_in_flight_bytes, measured on blocks of many small arrays). Each
+    is one array updated whole: in a compiled step (mx.compile over the step and the
+    update) its gradient, new state and new weight are in flight at once, the optimizer's
+    cap on all trainable bytes (detailed.UPDATE_IN_FLIGHT: 2.2x for Adam); each further use
+    of the matrix in the forward pass (the second of chosen and rejected; a tied embedding,
+    also the head) adds a gradient contribution of its size alive before they are summed.
+    Uncompiled (CPO), the update's elementwise steps reuse their inputs' buffers: the
+    gradient contributions only. Measured on real mlx_lm_lora.train runs as the peak less
+    that of the same run with the embedding and head frozen, at lengths where the update
+    is the peak (docs/preference.md): untied float32 qwen3, SFT 2.2x and ORPO 2.9x per
+    matrix, CPO 1.8-2.2x; tied bfloat16 llama ORPO 5.6x."""
+    from .detailed import UPDATE_IN_FLIGHT
+
+    weights, _, _ = vocabulary_training(model, training)
+    uses = passes * (2 if model.architecture.tied_embeddings else 1)
+    if not compiled:
+        return uses * weights
+    return int((UPDATE_IN_FLIGHT[training.optimizer][2] + uses - 1) * weights)
+
+
+def _with_outside_trained(sft: Breakdown, f: dict, c: dict, model: ModelInfo, training, passes: int,
+                          compiled: bool, accumulated: bool = False) -> Breakdown:
+    """The SFT breakdown (every block trained, as detailed.py counts a full fine-tune) with
+    the embedding, head and final norm trained too: their weights move from frozen to
+    trainable and their optimizer state is resident; the step's peak is then the larger
+    of its loss or block moment with their gradients alive, and the update with theirs in
+    flight beside the blocks'. `accumulated`: the summed gradients of earlier microbatches
+    (GRPO) are alive at the loss and block moments; at the update they are the gradients."""
+    from .detailed import MOMENTS, moment_parts, update_in_flight_bytes
+
+    weights, state, gradients = vocabulary_training(model, training)
+    parts = dict(sft.parts)
+    moved = min(weights, parts.get("weights (frozen)", 0))
+    resident = {"weights (frozen)": parts.get("weights (frozen)", 0) - moved,
+                "weights (trainable)": parts.get("weights (trainable)", 0) + moved,
+                "optimizer state": parts.get("optimizer state", 0) + state, "framework": parts.get("framework", 0)}
+    moments = moment_parts(f, c)
+    step = max((moments[m] for m in MOMENTS), key=lambda m: sum(m.values()))
+    blocks = update_in_flight_bytes(training.optimizer, f["trainable_bytes"], f["trained_blocks"])
+    update = {"gradients": min(blocks, f["trainable_bytes"]), "update temporaries": max(blocks - f["trainable_bytes"], 0),
+              OUTSIDE_UPDATE: outside_update_bytes(model, training, passes, compiled)}
+    at_step = {**step, OUTSIDE_GRADIENTS: gradients}
+    if accumulated:
+        at_step[ACCUMULATED] = resident["weights (trainable)"]
+    chosen = max((at_step, update), key=lambda m: sum(m.values()))
+    zeroed = dict.fromkeys((k for k in parts if k not in resident), 0)
+    return replace(sft, parts={**zeroed, **resident, **chosen},
+                   features={**sft.features, "phase": "update" if chosen is update else sft.features.get("phase")})
 
 
 def unquantized_trainable(model: ModelInfo, training) -> tuple:
@@ -326,8 +435,9 @@ def _grpo(model: ModelInfo, run: PreferenceRun, backend: str, ref: int, prompt_l
     T = width - 1
     scored = max(min(width - P, T), 1)  # grpo_loss: logits[:, start:], start = the prompt's length - 1
     scoring = grpo_scoring_logits(B, T, scored, V, s)
+    accumulated = run.group_size > 1
     sft = _sft(model, replace(t, max_seq_length=max(width, t.max_seq_length)), backend, width,
-               logits=lambda f: 0, kept_logits=scoring, fused_cross_entropy=False)
+               logits=lambda f: 0, kept_logits=scoring, fused_cross_entropy=False, accumulated=accumulated)
     resident = _resident(sft)
     if ref:
         resident["reference copy"] = ref
@@ -344,10 +454,11 @@ def _grpo(model: ModelInfo, run: PreferenceRun, backend: str, ref: int, prompt_l
     step = _step(sft)
     if ref and run.beta != 0:
         step["reference scoring"] = scoring  # the same buffers again, alive beside the policy's
-    if run.group_size > 1:
-        # The summed gradients of the earlier microbatches.
+    if accumulated and not trains_every_parameter(model, t):
+        # The summed gradients of the earlier microbatches (_with_outside_trained counts them
+        # for a full fine-tune, where the update can be the peak).
         _, _, trainable_bytes, _ = counted_totals(model, t)
-        step["accumulated gradients"] = trainable_bytes
+        step[ACCUMULATED] = trainable_bytes
     phases = (
         Phase(f"rollout: {B} x {P + C} tokens of KV cache", rollout),
         Phase(f"scoring step: {run.group_size} microbatches of {B} x {width} tokens", {**resident, **step}),

@@ -93,6 +93,8 @@ def shape_key(model, run, length: int) -> str:
         "mode": run.mode, "reference": run.has_reference, "fine_tune_type": t.fine_tune_type,
         "layers": t.layers_trained(model.architecture.num_layers), "keys": sorted(t.lora_keys or []),
         "grad_checkpoint": t.grad_checkpoint, "device": str(mx.default_device()),
+        # A full fine-tune's count no longer takes in its embedding's and head's training.
+        **({"vocabulary_trained_apart": True} if t.fine_tune_type == "full" else {}),
         "mlx": mx.__version__,
     }
     return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:24]
@@ -216,6 +218,7 @@ def logits_buffers_many(items: list, on_event=lambda e: None, count_new: bool = 
 def _count(todo: dict, on_event) -> dict:
     from ..estimate.reference import reference_bytes
     from ..estimate.detailed import counted_totals
+    from ..estimate.preference import trains_every_parameter, vocabulary_training
     from ..model.resolve import _from_config
     from .parent import MeasurementFailed, MeasurementInterrupted, run_child, stopping_children
     from .preference import request_for
@@ -232,8 +235,14 @@ def _count(todo: dict, on_event) -> dict:
             continue
         sized = []
         for mini in minis:
-            base, _, _, optimizer = counted_totals(mini, small.training)
-            sized.append(base + optimizer + reference_bytes(mini, small))
+            trained = small.training
+            if trains_every_parameter(mini, trained):
+                trained = replace(trained, num_layers=-1)
+            base, _, _, optimizer = counted_totals(mini, trained)
+            # What else grows with the vocabulary: a full fine-tune's embedding and head
+            # (their optimizer state and gradients), counted apart by the estimate.
+            _, state, gradients = vocabulary_training(mini, trained)
+            sized.append(base + optimizer + state + gradients + reference_bytes(mini, small))
         if max(sized) > MOST_WEIGHTS:
             plans.append((key, None))
             continue

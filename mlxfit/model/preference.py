@@ -175,13 +175,18 @@ def resolve_run(mode: str, flags: dict, config: dict) -> PreferenceRun:
         # QuantizedLinear / QuantizedEmbedding freeze their weight, scales and biases.
         notes.append("--train-type full on a base quantized at load trains only what mlx-lm-lora leaves "
                      "unquantized (the norms, and any biases): nn.quantize freezes every layer it quantizes")
+    num_layers = pick("num_layers", flags.get("num_layers"))
+    if fine_tune_type == "full" and not bits and num_layers not in (None, -1):
+        # train.py build_lora_config: no LoRA config for full, so --num-layers is never read.
+        notes.append(f"--num-layers {num_layers} does not limit --train-type full in mlx-lm-lora: every "
+                     "parameter trains, the embedding and head included")
     optimizer = pick("optimizer", flags.get("optimizer"))
     if optimizer not in ("adam", "adamw", "muon"):
         raise BadInput(f"mlx_lm_lora.train's optimizers are adam, adamw and muon, got {optimizer!r}")
     training = TrainingConfig(
         fine_tune_type=fine_tune_type,
         optimizer=optimizer,
-        num_layers=pick("num_layers", flags.get("num_layers")),
+        num_layers=num_layers,
         batch_size=pick("batch_size", flags.get("batch_size")),
         max_seq_length=pick("max_seq_length", flags.get("max_seq_length")),
         grad_checkpoint=bool(pick("grad_checkpoint", flags.get("grad_checkpoint"))),
