@@ -1,15 +1,14 @@
 """Quick measured rates of this machine, on MLX's default device, in a model's dtype:
 how many operations per second a matrix product runs at (a quantized product for a
 quantized base), how many bytes per second a large elementwise operation moves, how
-many exps per second it computes, what one tiny operation costs, and what one
-operation of mlx-lm's decoding loop costs (GRPO's rollout). Each takes a fraction of a second and a few MB; `machine_rates` measures
-them once per machine (CPU, backend, MLX version, dtype) and keeps them in mlxfit's
-cache."""
+many exps per second it computes, and what one tiny operation costs. Each takes a
+fraction of a second and a few MB; `machine_rates` measures them once per machine
+(CPU, backend, MLX version, dtype) and keeps them in mlxfit's cache."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 SIZE = 256  # rows and columns of the first product; grown until one run takes long enough
 MIN_SECONDS = 0.05
@@ -120,70 +119,6 @@ def operation_seconds() -> float:
     return _best_seconds(chain) / CHAIN
 
 
-# A minimal Llama for timing mlx-lm's decoding loop: its step is almost all dispatched operations.
-DECODE_CONFIG = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
-                 "num_attention_heads": 2, "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5,
-                 "tie_word_embeddings": False}
-DECODE_WARMUP = 4
-DECODE_STEPS = 16
-DECODE_RUNS = 5
-
-
-def decode_config(dtype: str) -> dict:
-    return {**DECODE_CONFIG, "torch_dtype": dtype}
-
-
-def decode_step_seconds(dtype: str = "bfloat16") -> float:
-    """Seconds one decoding step of mlx-lm's BatchGenerator takes, as GRPO's rollout
-    runs it (mlx_lm_lora generate_grpo: GRPO's sampler; one row here), on the minimal
-    Llama: the mean step of a run of DECODE_STEPS, the best of DECODE_RUNS runs (as a
-    measured training step is the fastest of a few, each many decoding steps long)."""
-    from mlx_lm.generate import BatchGenerator
-    from mlx_lm.sample_utils import make_sampler
-
-    from ..model.preference import GRPO_SAMPLING
-    from .build import materialize, random_model
-
-    model = random_model(decode_config(dtype), _kind(dtype))
-    materialize(model)
-    model.eval()
-    sampler = make_sampler(GRPO_SAMPLING["temperature"], top_p=GRPO_SAMPLING["top_p"], top_k=GRPO_SAMPLING["top_k"])
-    best = float("inf")
-    for _ in range(DECODE_RUNS):
-        generator = BatchGenerator(model, stop_tokens=None, sampler=sampler, completion_batch_size=1,
-                                   prefill_batch_size=1)
-        try:
-            generator.insert([[1]], [DECODE_WARMUP + DECODE_STEPS + 1])
-            for _ in range(DECODE_WARMUP):
-                generator.next_generated()
-            tic = time.perf_counter()
-            for _ in range(DECODE_STEPS):
-                generator.next_generated()
-            best = min(best, (time.perf_counter() - tic) / DECODE_STEPS)
-        finally:
-            generator.close()
-    return best
-
-
-def decode_op_seconds(step_seconds: float, work_seconds: float, operations: int) -> float:
-    """Seconds one operation of a decoding step costs: the step's time less its products
-    and passes, over its operations (mlx-lm's loop around them, next(), the wait for the
-    token, its tolist, spread over them). Never below zero (a busy moment)."""
-    return max(step_seconds - work_seconds, 0.0) / operations
-
-
-def measured_decode_op(dtype: str, rates: "MachineRates") -> float:
-    """decode_op_seconds measured now on the minimal Llama, its products and passes at
-    `rates` (this machine's), its operations counted as step_work.decode_ops."""
-    from ..estimate.step_time import decode_work_seconds, measured_speed
-    from ..estimate.step_work import decode_ops
-    from ..model.resolve import from_config
-
-    model = from_config("decode step", decode_config(dtype))
-    return decode_op_seconds(decode_step_seconds(dtype), decode_work_seconds(model, measured_speed(rates)),
-                             decode_ops(model))
-
-
 @dataclass(frozen=True)
 class MachineRates:
     """This machine's rates for one dtype (and bits, for a quantized product)."""
@@ -193,17 +128,15 @@ class MachineRates:
     transcendental: float  # exps per second
     operation: float  # seconds per tiny operation
     softmax: float | None = None  # attention scores per second (None: measured before it was, at the exp rate)
-    decode_op: float | None = None  # seconds per operation of a decoding step (None: not measured)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def measure_rates(dtype: str = "bfloat16", bits: int | None = None, group_size: int = 64) -> MachineRates:
-    """All of them, measured now (the decoding loop's last: its counted work is taken at the others)."""
-    rates = MachineRates(matmul_rate(dtype, bits, group_size), elementwise_rate(dtype), transcendental_rate(dtype),
-                         operation_seconds(), softmax_rate(dtype))
-    return replace(rates, decode_op=measured_decode_op(dtype, rates))
+    """All five, measured now."""
+    return MachineRates(matmul_rate(dtype, bits, group_size), elementwise_rate(dtype), transcendental_rate(dtype),
+                        operation_seconds(), softmax_rate(dtype))
 
 
 def machine_key(dtype: str, bits: int | None = None, group_size: int = 64) -> str:
@@ -213,7 +146,7 @@ def machine_key(dtype: str, bits: int | None = None, group_size: int = 64) -> st
     import mlx.core as mx
 
     return "|".join([_processor() or platform.machine(), str(mx.default_device()), mx.__version__, dtype,
-                     f"{bits}-bit/{group_size}" if bits else "float", "decode"])  # rates stored before the decoding loop's: again
+                     f"{bits}-bit/{group_size}" if bits else "float", "softmax"])  # rates stored before the softmax's: again
 
 
 def _processor() -> str:
