@@ -218,7 +218,7 @@ def logits_buffers_many(items: list, on_event=lambda e: None, count_new: bool = 
 def _count(todo: dict, on_event) -> dict:
     from ..estimate.reference import reference_bytes
     from ..estimate.detailed import counted_totals
-    from ..estimate.preference import trains_every_parameter, vocabulary_training
+    from ..estimate.trained_outside_blocks import trains_every_parameter, vocabulary_training
     from ..model.resolve import _from_config
     from .parent import MeasurementFailed, MeasurementInterrupted, run_child, stopping_children
     from .preference import request_for
