@@ -82,13 +82,13 @@ def _measure(info, folder, run, estimate, machine, reserve, force, by_slice, tim
     from .estimate.vision import vision_estimate
     from .measure.parent import stopping_children
     from .measure.slicing import slice_needed
-    from .measure.vision import measure, measure_by_slices, slice_plan
+    from .measure.vision import measure, measure_by_slices, slice_estimate, slice_plan
     from .units import format_size
 
     usable = local_usable_bytes(machine, reserve)
     plan = slice_plan(info, run) if by_slice or slice_needed(estimate.peak_bytes, usable, force) else None
     if plan is not None:
-        need = _largest_slice(info, run, plan)
+        need = slice_estimate(info, run, max(s.blocks for s in plan.slices)).breakdown.peak_bytes
         if need > usable and not force:
             raise MlxfitError(f"refusing to measure: the estimate ({format_size(estimate.peak_bytes)}) exceeds this "
                               f"machine's {format_size(usable)} budget, and even the largest slice of its language "
@@ -102,14 +102,3 @@ def _measure(info, folder, run, estimate, machine, reserve, force, by_slice, tim
     predicted = vision_estimate(info, run.training, width, run.image_tokens, run.pixel_shape, images=run.images,
                                 rows=m.rows).peak_bytes
     return replace(m, predicted_bytes=predicted)
-
-
-def _largest_slice(info, run, plan) -> int:
-    """The estimate of the largest slice's step (the model with that many language blocks)."""
-    from .estimate.vision import vision_estimate
-    from .model.vision import vision_model, with_language_blocks
-
-    blocks = max(s.blocks for s in plan.slices)
-    cut = vision_model(with_language_blocks(info.config, blocks), "slice")
-    return vision_estimate(cut, run.training, run.tokens, run.image_tokens, run.pixel_shape, images=run.images,
-                           rows=run.rows).peak_bytes

@@ -102,19 +102,19 @@ def slice_plan(info, run):
     not the language model's): the base slice is the shallowest whose estimate peaks at
     the whole run's moment, ahead of the others by MARGIN, so that the slices grow by
     the blocks the whole run adds."""
+    from ..estimate.vision import run_estimate
     from ..model.training import TrainingConfig
-    from ..model.vision import with_language_blocks
     from .slicing import period, plan_slices
 
     if info.language is None or info.language.architecture is None:
         raise MlxfitError(f"mlx-lm has no model for {info.model_type}'s language model, so its blocks cannot be "
                           "sliced: it can only be measured whole (--force)")
     arch = info.language.architecture
-    whole = _moments(info, run)
+    whole = _moments(run_estimate(info, run))
     kind = _kind(max(whole, key=whole.get))
     p = period(arch.blocks)
     for least in range(p, arch.num_layers, p):
-        cut = _moments(_sliced(info, with_language_blocks(info.config, least)), run)
+        cut = _moments(slice_estimate(info, run, least))
         peak = max(cut, key=cut.get)
         others = [v for k, v in cut.items() if _kind(k) != kind]
         if _kind(peak) == kind and cut[peak] >= MARGIN * max(others, default=0):
@@ -128,17 +128,16 @@ def _kind(moment: str) -> str:
     return "language model" if moment.startswith("language model") else moment
 
 
-def _sliced(info, config):
-    from ..model.vision import vision_model
+def slice_estimate(info, run, blocks: int):
+    """The estimate of `run` on the model with its language model cut to `blocks` blocks."""
+    from ..estimate.vision import run_estimate
+    from ..model.vision import vision_model, with_language_blocks
 
-    return vision_model(config, "slice")
+    return run_estimate(vision_model(with_language_blocks(info.config, blocks), "slice"), run)
 
 
-def _moments(info, run) -> dict:
-    from ..estimate.vision import vision_estimate
-
-    return {name: sum(parts.values()) for name, parts in vision_estimate(
-        info, run.training, run.tokens, run.image_tokens, run.pixel_shape, images=run.images, rows=run.rows).moments.items()}
+def _moments(estimate) -> dict:
+    return {name: sum(parts.values()) for name, parts in estimate.breakdown.moments.items()}
 
 
 def measure_by_slices(folder, run, plan, steps: int = 3, timeout: float | None = None,

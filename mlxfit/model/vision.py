@@ -292,7 +292,6 @@ def with_language_blocks(config: dict, blocks: int) -> dict:
     for c in {id(c): c for c in (config, text_config(config))}.values():
         if "num_hidden_layers" in c or c is text_config(config):
             c["num_hidden_layers"] = blocks
-        for name in ("layer_types",):
-            if isinstance(c.get(name), list):
-                c[name] = c[name][:blocks]
+        if isinstance(c.get("layer_types"), list):
+            c["layer_types"] = c["layer_types"][:blocks]
     return config
