@@ -99,10 +99,6 @@ TIME_ROWS = (
 )
 
 
-def pct(x: float) -> str:
-    return f"{x:+.1%}"
-
-
 def memory_rows():
     c, fixed = me.vector(coefficients()["metal"])
     out = []
@@ -162,7 +158,7 @@ def report(mem, tim, eff) -> str:
         lo, hi = r.lengths()
         lines.append(f"| {r.key} | {r.trust} | {r.model} | {t.batch_size} | {t.num_layers} | "
                      f"{'yes' if t.grad_checkpoint else 'no'} | {lo}-{hi}{' (exact)' if m['exact'] else ''} | "
-                     f"{r.peak_gb:g} | {m['pred'][0]:.2f}-{m['pred'][1]:.2f} | {pct(m['error'])} | "
+                     f"{r.peak_gb:g} | {m['pred'][0]:.2f}-{m['pred'][1]:.2f} | {me.pct(m['error'])} | "
                      f"{m['range'][0]:.3f}-{m['range'][1]:.3f} | {'yes' if m['inside'] else 'no'} |")
     lines += ["", "Error: (prediction - logged) / logged from the nearer of the two bounded predictions, 0 where the "
               "logged peak lies between them; inside: the logged peak within [low x the prediction at the lower bound, "
@@ -205,8 +201,8 @@ def after_looking(mem) -> list[str]:
         case = me.Case(replace(run, compiled=False))
         low, high = range_factors("metal", kind=run.kind)
         lo, hi = case.predicted(c, fixed)
-        lines.append(f"- {run.key}: {lo / 1e9:.2f}-{hi / 1e9:.2f} GB, error {pct(case.error(c, fixed))} "
-                     f"(blind: {pct(m['error'])}), {'inside' if case.inside(c, fixed, low, high) else 'outside'} the range")
+        lines.append(f"- {run.key}: {lo / 1e9:.2f}-{hi / 1e9:.2f} GB, error {me.pct(case.error(c, fixed))} "
+                     f"(blind: {me.pct(m['error'])}), {'inside' if case.inside(c, fixed, low, high) else 'outside'} the range")
     return lines
 
 

@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,12 +131,6 @@ def write(rows: list[dict], command: str) -> str:
               "benchmarks/results/vision.md's design sets).", "",
               "Each run's figures:", "", "```", *(json.dumps(r) for r in rows), "```", ""]
     return "\n".join(lines)
-
-
-def version(name: str) -> str:
-    from importlib.metadata import version as v
-
-    return v(name)
 
 
 def main() -> None:
