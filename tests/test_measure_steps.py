@@ -48,11 +48,12 @@ def trainer_peaks(request):
     return [int(round(gb * 1e9)) for gb in json.loads(line[6:])]
 
 
-@pytest.mark.parametrize("grad_checkpoint", [False, True], ids=["no-gc", "gc"])
-@pytest.mark.parametrize(
-    "method", [{"fine_tune_type": "lora"}, {"fine_tune_type": "dora"}, {"fine_tune_type": "full"}, {"quantize": True}],
-    ids=["lora", "dora", "full", "qlora"],
-)
+# Checkpointing changes the step, not the adapter: it is checked with LoRA and full fine-tuning
+# (DoRA and QLoRA with it took 2-3 minutes of the suite and are measured by the same child).
+@pytest.mark.parametrize("method, grad_checkpoint", [
+    ({"fine_tune_type": "lora"}, False), ({"fine_tune_type": "dora"}, False), ({"fine_tune_type": "full"}, False),
+    ({"quantize": True}, False), ({"fine_tune_type": "lora"}, True), ({"fine_tune_type": "full"}, True),
+], ids=["lora-no-gc", "dora-no-gc", "full-no-gc", "qlora-no-gc", "lora-gc", "full-gc"])
 def test_agrees_with_mlx_lm_trainer(tmp_path, method, grad_checkpoint):
     # Both sides evaluate synchronously for the same number of steps. Run ahead of
     # the CPU worker (as mlx-lm runs), the peak of the same step moved 4% between
