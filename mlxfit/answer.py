@@ -213,12 +213,13 @@ def measured_step(plan, measurement) -> dict | None:
             "predicted_step_seconds": round(predicted, 4)}
 
 
-def run_speed(plan, machine, chip=None, model=None, training=None):
+def run_speed(plan, machine, chip=None, model=None, training=None, decoding=False):
     """How fast the run (or `model` with `training`: one of its remedies, or an
     mlx-lm-lora run, `plan` None) goes where it
     is planned: a named chip (--chip, or the one chip sold with --memory's size) at the
     fitted efficiency; this machine at its rates for the run's dtype (measured once,
-    then cached); None where neither is known (another machine, no chip)."""
+    then cached); None where neither is known (another machine, no chip). `decoding`:
+    the run decodes with mlx-lm's loop (GRPO's rollout), whose rate is asked too."""
     from .estimate import step_time
 
     model, training = model or plan.model, training or plan.training
@@ -231,7 +232,7 @@ def run_speed(plan, machine, chip=None, model=None, training=None):
         return step_time.chip_speed(found) if found else None
     from .estimate.calibration import calibration, speed_corrected
 
-    here = step_time.measured_speed(local_rates(model=model, training=training)[0])
+    here = step_time.measured_speed(local_rates(model=model, training=training, decoding=decoding)[0])
     stored = calibration(machine.backend, model) if model.architecture is not None else None
     return speed_corrected(here, stored, model, training, plan.length if plan is not None else None)
 
@@ -280,9 +281,11 @@ def local_rate(plan=None, model=None, training=None) -> tuple[float, str]:
     return rates.matmul, name
 
 
-def local_rates(plan=None, model=None, training=None):
+def local_rates(plan=None, model=None, training=None, decoding=False):
     """This machine's rates for the run's dtype (measure/rate.py MachineRates: measured
-    once per machine and kept in mlxfit's cache) and the dtype's name."""
+    once per machine and kept in mlxfit's cache) and the dtype's name; with `decoding`,
+    the cost of an operation of mlx-lm's decoding loop besides (measure/decode_rate.py,
+    asked only for a run that decodes: GRPO's)."""
     from .measure.rate import machine_rates
     from .model.lazy_model import checkpoint_dtype
 
@@ -291,6 +294,10 @@ def local_rates(plan=None, model=None, training=None):
     bits = model.bits if model.quantized else (training.bits if training.quantize else None)
     dtype = str(checkpoint_dtype(model.config or {})).split(".")[-1]  # the activations' dtype
     rates = machine_rates(dtype, bits, model.group_size or training.group_size)
+    if decoding:
+        from .measure.decode_rate import decode_rate
+
+        rates = replace(rates, decode_op=decode_rate(dtype, rates))
     return rates, (f"{bits}-bit" if bits else dtype)
 
 

@@ -152,11 +152,13 @@ def probe(model_spec, config_path, data, training_flags: dict, pref: dict, machi
 
 def preference_time(model, run, machine, chip, iters, estimate):
     """The whole run's time where its speed is known (mlxfit.answer.run_speed): `iters`
-    (default mlx-lm-lora's) steps of the mode's step at the widest batch."""
+    (default mlx-lm-lora's) steps of the mode's step at the widest batch. A rollout's
+    decoding loop is timed here (its rate measured the first time), after any measuring
+    child has ended, never before it."""
     from .answer import run_speed
     from .estimate import run_time, step_time
 
-    speed = run_speed(None, machine, chip, model, run.training)
+    speed = run_speed(None, machine, chip, model, run.training, decoding=run.spec.rollout)
     if speed is None:
         return None
     step = step_time.preference_step_time(run, model, speed, estimate.length, estimate.prompt_length)

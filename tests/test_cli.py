@@ -390,6 +390,33 @@ def test_estimate_path_never_imports_transformers():
     assert out.strip() == "[] True False"
 
 
+def test_grpo_estimate_times_the_decoding_loop_without_transformers(tmp_path):
+    """A GRPO estimate on this machine times mlx-lm's decoding loop the first time (an
+    empty cache here), with mlx-lm's pieces, never mlx_lm.generate: transformers is
+    never imported, and --json is the JSON alone (no notice of transformers' in it)."""
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "rms_norm_eps": 1e-5,
+         "tie_word_embeddings": False, "torch_dtype": "float32"}))
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from mlxfit.cli.main import cli\n"
+        f"r = CliRunner().invoke(cli, ['probe', '--model', {str(tmp_path)!r}, '--train-mode', 'grpo', '--num-layers', '-1',\n"
+        "                             '--group-size', '2', '--max-completion-length', '8', '--json'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "sys.stdout.write(r.output)\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('transformers', 'huggingface_hub', 'tokenizers'))\n"
+        "print(heavy, 'mlx_lm.generate' in sys.modules, file=sys.stderr)\n"
+    )
+    env = {**os.environ, "MLXFIT_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    answer = json.loads(done.stdout)
+    assert answer["time"]["step_seconds"] > 0
+    assert done.stderr.strip().splitlines()[-1] == "[] False"
+    assert "decoding loop" in (tmp_path / "cache" / "decode_loop_rate.json").read_text()
+
+
 def test_python_dash_m_works():
     out = subprocess.run([sys.executable, "-m", "mlxfit", "--version"], capture_output=True, text=True, check=True).stdout
     assert "mlxfit" in out

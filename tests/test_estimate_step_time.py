@@ -279,7 +279,8 @@ def test_preference_steps_are_timed_from_their_counted_work(tiny):
 
 def test_grpo_generates_its_group_in_rounds_of_batch_size_rows(tiny):
     """mlx-lm-lora's generate_grpo lets mlx-lm's BatchGenerator decode batch_size rows at
-    once: batch 2 x group 4 completions of 5 tokens are 4 rounds of 5 steps of 2 rows."""
+    once: batch 2 x group 4 completions of 5 tokens are 4 rounds of 5 steps of 2 rows, and
+    one step more a round (mlx-lm's GenerationBatch steps once as it starts)."""
     import inspect
 
     from mlx_lm_lora.trainer import grpo_trainer
@@ -288,15 +289,18 @@ def test_grpo_generates_its_group_in_rounds_of_batch_size_rows(tiny):
     assert "completion_batch_size=batch_size" in source and "BatchGenerator(" in source
     assert "batch_size=args.batch_size" in inspect.getsource(grpo_trainer.train_grpo)
     training = TrainingConfig(num_layers=-1, batch_size=2, max_seq_length=4)
-    assert st.rollout_rounds(training, group_size=4, completion_length=5) == (20, 2)
-    assert st.rollout_rounds(replace(training, hosts=2), group_size=4, completion_length=5) == (20, 1)
+    from mlx_lm.generate import GenerationBatch
+
+    assert "self._step()" in inspect.getsource(GenerationBatch.__init__)
+    assert st.rollout_rounds(training, group_size=4, completion_length=5) == (24, 2)
+    assert st.rollout_rounds(replace(training, hosts=2), group_size=4, completion_length=5) == (24, 1)
     speed = st.Speed(1e9, 1e8, "x", (1, 1), seconds_per_op=1e-6)
     step = st.grpo_step_time(tiny, training, speed, prompt_length=4, group_size=4, completion_length=5)
-    # The policy's step and the reference's forward over 8 rows of 4 + 5 tokens; 20 decoding
+    # The policy's step and the reference's forward over 8 rows of 4 + 5 tokens; 24 decoding
     # steps of 2 rows; the 2 prompts' prefill.
     policy = st.phase_operations(tiny, replace(training, max_seq_length=9), 9, sequences=8)
     assert step.operations == (sum(policy.values()) + st.forward_operations(tiny, 9, 8)
-                               + 20 * st.forward_operations(tiny, 1, 2) + st.forward_operations(tiny, 4, 2))
+                               + 24 * st.forward_operations(tiny, 1, 2) + st.forward_operations(tiny, 4, 2))
 
 
 def test_mlx_lm_lora_default_iterations_are_pinned():

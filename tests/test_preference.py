@@ -79,7 +79,7 @@ def test_mechanisms_read_from_the_source():
     for n in range(1, 1200, 7):
         assert est.bucket_sequence_length(n) == online_rl_utils.bucket_sequence_length(n)
     args = grpo_trainer.GRPOTrainingArgs()
-    assert (args.top_p, args.top_k) == (pref.GRPO_SAMPLING["top_p"], pref.GRPO_SAMPLING["top_k"])
+    assert (args.temperature, args.top_p, args.top_k) == tuple(pref.GRPO_SAMPLING[k] for k in ("temperature", "top_p", "top_k"))
     # The rollout's KV-cache concurrency is the batch size, the scoring microbatch too.
     src = inspect.getsource(grpo_trainer.generate_grpo)
     assert "completion_batch_size=batch_size" in src

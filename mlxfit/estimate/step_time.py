@@ -8,7 +8,10 @@ rest of what the step runs (step_work.py): its elementwise passes over the
 activations at the machine's elementwise rate, its exps at the machine's exp rate
 where it has one, and its dispatched operations at the machine's cost per
 operation; never less than the time to read the weights once at the memory
-bandwidth (a small batch on a Mac waits on memory, not on arithmetic).
+bandwidth (a small batch on a Mac waits on memory, not on arithmetic). A GRPO
+step's decoding steps dispatch their operations (the KV cache's, the sampler's) at
+what one costs in mlx-lm's decoding loop, the loop's own cost spread over them,
+measured on this machine as a rate.
 
 The rates are a `Speed`: on this machine, measured here (the caller measures them,
 mlxfit/measure/rate.py, and passes them in: nothing here runs or times anything); on
@@ -29,12 +32,13 @@ from ..errors import BadInput
 from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
 from .duration import forward_operations, phase_operations
-from .step_work import Work, forward_work, step_work
+from .step_work import ADAPTER_FORWARD_OPS, OPTIMIZER_OPS, Work, adapted_layers, decode_ops, forward_work, step_work
 
 MEASURED_BASIS = "rates measured on this machine"
 # The spread of measured over predicted step time on this machine (a factor on the
-# predicted seconds): the latest blind set of benchmarks/results/step_time.md, 22
-# configurations (DPO and GRPO among them) drawn after the model was frozen (0.95-3.26).
+# predicted seconds): the blind set of seed 1796504337 (benchmarks/results/step_time.md, 22
+# configurations, DPO and GRPO among them, 0.95-3.26). The later sets of seeds 1796518935 and
+# 1796529349 (docs/time.md: 0.85-1.67, 1.03-2.39) fall inside it; left as it is: the lead's call.
 MEASURED_RANGE = (0.9, 3.3)
 
 
@@ -94,13 +98,15 @@ class Speed:
     transcendentals_per_second: float | None = None  # exps apart from the traffic; None: in it
     softmax_per_second: float | None = None  # the attention's scores (a precise softmax); None: as other exps
     seconds_per_op: float = 0.0  # dispatching one operation
+    decode_op_seconds: float = 0.0  # an operation of mlx-lm's decoding loop (0: as seconds_per_op)
     correction: dict | None = None  # the stored measurement that scaled the rates (calibration.py), if any
 
     def to_dict(self) -> dict:
         return {"operations_per_second": self.operations_per_second, "bytes_per_second": self.bytes_per_second,
                 "transcendentals_per_second": self.transcendentals_per_second,
                 "softmax_per_second": self.softmax_per_second,
-                "seconds_per_op": self.seconds_per_op, "basis": self.basis, "chip": self.chip,
+                "seconds_per_op": self.seconds_per_op, "decode_op_seconds": self.decode_op_seconds,
+                "basis": self.basis, "chip": self.chip,
                 **({"corrected_by": self.correction} if self.correction else {})}
 
 
@@ -114,14 +120,15 @@ def corrected(speed: Speed, factor: float, measurement: dict) -> Speed:
                    bytes_per_second=slower(speed.bytes_per_second),
                    transcendentals_per_second=slower(speed.transcendentals_per_second),
                    softmax_per_second=slower(speed.softmax_per_second),
-                   seconds_per_op=speed.seconds_per_op * factor, correction={**measurement, "factor": round(factor, 3)})
+                   seconds_per_op=speed.seconds_per_op * factor, decode_op_seconds=speed.decode_op_seconds * factor,
+                   correction={**measurement, "factor": round(factor, 3)})
 
 
 def measured_speed(rates) -> Speed:
     """This machine, at the rates the caller measured here (measure/rate.py MachineRates)."""
     return Speed(rates.matmul, rates.elementwise, MEASURED_BASIS, MEASURED_RANGE,
                  transcendentals_per_second=rates.transcendental, seconds_per_op=rates.operation,
-                 softmax_per_second=rates.softmax)
+                 softmax_per_second=rates.softmax, decode_op_seconds=rates.decode_op or 0.0)
 
 
 def fitted_efficiency() -> dict:
@@ -210,10 +217,27 @@ def dpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, leng
     return StepTime(phases, sum(policy.values()) + reference_ops, floor)
 
 
-def _forward_seconds(model: ModelInfo, length: int, rows: int, speed: Speed) -> float:
+def _forward_seconds(model: ModelInfo, length: int, rows: int, speed: Speed, calls: int = 1) -> float:
+    """A forward of `rows` rows, `length` tokens wide, in `calls` separate calls (each dispatching its operations)."""
     work = forward_work(model, length, rows)
     return (forward_operations(model, length, rows) / speed.operations_per_second + elementwise_seconds(work, speed)
-            + work.ops * speed.seconds_per_op)
+            + calls * work.ops * speed.seconds_per_op)
+
+
+def decode_work_seconds(model: ModelInfo, speed: Speed, rows: int = 1) -> float:
+    """One decoding step's products and passes: a forward of `rows` rows one token wide."""
+    return forward_operations(model, 1, rows) / speed.operations_per_second + elementwise_seconds(
+        forward_work(model, 1, rows), speed)
+
+
+def decode_step_seconds(model: ModelInfo, training: TrainingConfig, speed: Speed, rows: int) -> float:
+    """One decoding step of GRPO's rollout: its products and passes, and its operations
+    (step_work.decode_ops: mlx-lm's decoding step, its KV cache and sampler included;
+    the LoRA adapters' forward besides) at what one costs in mlx-lm's decoding loop;
+    never faster than reading the weights."""
+    ops = decode_ops(model) + len(adapted_layers(model, training)) * ADAPTER_FORWARD_OPS
+    per_op = speed.decode_op_seconds or speed.seconds_per_op
+    return max(decode_work_seconds(model, speed, rows) + ops * per_op, _floor(model, training, speed))
 
 
 def rollout_rounds(training: TrainingConfig, group_size: int, completion_length: int) -> tuple[int, int]:
@@ -222,31 +246,50 @@ def rollout_rounds(training: TrainingConfig, group_size: int, completion_length:
     BatchGenerator with completion_batch_size=batch_size: at most batch_size rows
     decode at once, so the completions run in group_size rounds of
     completion_length tokens each (every completion runs to the end here: no stop
-    token is counted on)."""
-    return group_size * completion_length, max(training.batch_size // training.hosts, 1)
+    token is counted on), and each round one step more: mlx-lm's GenerationBatch
+    runs a step as it starts, each later step returning the token the one before
+    sampled, so a round's last step samples a token never returned."""
+    return group_size * (completion_length + 1), max(training.batch_size // training.hosts, 1)
+
+
+# mlx_lm_lora grpo_trainer._grpo_microbatches: each microbatch's gradients are scaled and
+# added to the sum (tree_map twice over the trainable arrays).
+ACCUMULATE_OPS = 2
 
 
 def grpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, prompt_length: int,
                    group_size: int, completion_length: int) -> StepTime:
     """A GRPO step: the completions generated token by token, batch_size rows at a time
-    (rollout_rounds; each token a forward of those rows, and a read of the weights),
-    each prompt's prefill once (its cache is shared by its group), then the reference's
-    forward and the policy's forward and backward over prompt and completion."""
+    (rollout_rounds, decode_step_seconds), each prompt's prefill once (its cache is
+    shared by its group), then the reference's forward and the policy's forward and
+    backward over prompt and completion, in group_size microbatches of batch_size
+    rows (mlx_lm_lora train_grpo: chunk_size max(len(prompt_tokens), 1)), each
+    dispatching its operations; the optimizer's update once."""
     rows = training.batch_size // training.hosts * group_size
     width = prompt_length + completion_length
     rate = speed.operations_per_second
     steps, decoding = rollout_rounds(training, group_size, completion_length)
     read = _floor(model, training, speed)
-    generation = steps * max(_forward_seconds(model, 1, decoding, speed), read)
+    generation = steps * decode_step_seconds(model, training, speed, decoding)
     generation += _forward_seconds(model, prompt_length, decoding, speed)  # the prompts' prefill
     policy_training = replace(training, max_seq_length=max(training.max_seq_length, width))
     policy = phase_operations(model, policy_training, width, sequences=rows)
-    phases = {"generation": generation, "reference": _forward_seconds(model, width, rows, speed)}
-    phases.update(_with_work({k: v / rate for k, v in policy.items()},
-                             step_work(model, policy_training, width, sequences=rows), speed))
+    chunks = -(-rows // decoding)
+    phases = {"generation": generation, "reference": _forward_seconds(model, width, rows, speed, calls=chunks)}
+    work = step_work(model, policy_training, width, sequences=rows)
+    phases.update(_with_work({k: v / rate for k, v in policy.items()}, work, speed))
+    arrays = _trainable_arrays(model, policy_training)
+    microbatched = work.ops - arrays * OPTIMIZER_OPS
+    phases["dispatch"] += ((chunks - 1) * microbatched + chunks * arrays * ACCUMULATE_OPS) * speed.seconds_per_op
     ops = (sum(policy.values()) + forward_operations(model, width, rows) + forward_operations(model, 1, decoding) * steps
            + forward_operations(model, prompt_length, decoding))
     return StepTime(phases, ops, 2 * read)
+
+
+def _trainable_arrays(model: ModelInfo, training: TrainingConfig) -> int:
+    from .detailed import counted
+
+    return len(counted(model, training)[1])
 
 
 def evaluation_seconds(model: ModelInfo, training: TrainingConfig, speed: Speed, width: int) -> float:

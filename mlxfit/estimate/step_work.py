@@ -53,6 +53,12 @@ FLOAT32_BYTES = 4  # default_loss casts the logits to float32; LoRA's adapters c
 FORWARD_OPS = 81  # a block's forward
 BACKWARD_OPS = 92  # a trained block's backward, its adapters and optimizer apart
 ADAPTER_OPS = 10  # a LoRA adapter, forward and backward
+# One decoding step of mlx-lm's BatchGenerator (a Llama, its BatchKVCache, GRPO's sampler), the
+# operations in MLX's graph of it (mx.export_to_dot; MLX 0.32, mlx-lm 0.32): a block's, and the
+# rest (the embedding, the last norm and head, the log-softmax, the sampler's sort and draw).
+DECODE_BLOCK_OPS = 132
+DECODE_OPS = 64
+ADAPTER_FORWARD_OPS = 5  # mlx_lm/tuner/lora.py LoRALinear: x @ a, @ b, * scale, astype, + the layer's
 OPTIMIZER_OPS = 12  # Adam's update of one trainable array
 LOSS_OPS = 30
 
@@ -99,6 +105,21 @@ def _adapted(block, keys) -> list:
     return [l for l in block.linears if keys is None or any(l.path == k or l.path.endswith("." + k) for k in keys)]
 
 
+def adapted_layers(model: ModelInfo, training: TrainingConfig) -> list:
+    """The linear layers LoRA adapts (none in full fine-tuning): the trained blocks' lora_keys."""
+    if training.fine_tune_type == "full":
+        return []
+    arch = model.architecture
+    trained = arch.blocks[arch.num_layers - training.layers_trained(arch.num_layers):]
+    keys = tuple(training.lora_keys) if training.lora_keys is not None else None
+    return [l for b in trained for l in _adapted(b, keys)]
+
+
+def decode_ops(model: ModelInfo) -> int:
+    """The operations of one decoding step of the model, its adapters apart."""
+    return DECODE_OPS + DECODE_BLOCK_OPS * len(model.architecture.blocks)
+
+
 def forward_work(model: ModelInfo, length: int, sequences: int) -> Work:
     """A forward pass alone (an evaluation, a reference model) of `sequences` rows
     `length` tokens wide, as duration.forward_operations."""
@@ -132,10 +153,7 @@ def step_work(model: ModelInfo, training: TrainingConfig, length: int | None = N
     transcendental = sum(s for _, s in blocks) + (sum(s for _, s in blocks[first:]) if recompute else 0)
     arrays = len(counted(model, training)[1])
     _, elements, trainable_bytes, _ = counted_totals(model, training)
-    adapted = []
-    if training.fine_tune_type != "full":
-        keys = tuple(training.lora_keys) if training.lora_keys is not None else None
-        adapted = [l for b in trained for l in _adapted(b, keys)]
+    adapted = adapted_layers(model, training)
     traffic = (N * activation_bytes(model) * passes
                + N * FLOAT32_BYTES * (ADAPTER_PASSES * sum(l.out_features for l in adapted)
                                       + LOSS_PASSES * arch.vocab_size)

@@ -3,7 +3,8 @@ how many operations per second a matrix product runs at (a quantized product for
 quantized base), how many bytes per second a large elementwise operation moves, how
 many exps per second it computes, and what one tiny operation costs. Each takes a
 fraction of a second and a few MB; `machine_rates` measures them once per machine
-(CPU, backend, MLX version, dtype) and keeps them in mlxfit's cache."""
+(CPU, backend, MLX version, dtype) and keeps them in mlxfit's cache. What an operation
+of mlx-lm's decoding loop costs is measured apart, for GRPO alone (decode_rate.py)."""
 
 from __future__ import annotations
 
@@ -128,13 +129,14 @@ class MachineRates:
     transcendental: float  # exps per second
     operation: float  # seconds per tiny operation
     softmax: float | None = None  # attention scores per second (None: measured before it was, at the exp rate)
+    decode_op: float | None = None  # seconds per operation of a decoding step (None: not asked, decode_rate.py)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def measure_rates(dtype: str = "bfloat16", bits: int | None = None, group_size: int = 64) -> MachineRates:
-    """All five, measured now."""
+    """All five, measured now (the decoding loop's apart: measure/decode_rate.py, for GRPO alone)."""
     return MachineRates(matmul_rate(dtype, bits, group_size), elementwise_rate(dtype), transcendental_rate(dtype),
                         operation_seconds(), softmax_rate(dtype))
 

@@ -64,8 +64,9 @@ LOAD_IN_GROUP_SIZE = 128
 LOAD_IN_BITS = {"load_in_4bits": 4, "load_in_6bits": 6, "load_in_8bits": 8}
 # mlx_lm_lora/train.py: seq_step_size=512 if args.efficient_long_context else None.
 EFFICIENT_STEP = 512
-# mlx_lm_lora/trainer/grpo_trainer.py GRPOTrainingArgs: sampling defaults used by the rollout.
-GRPO_SAMPLING = {"top_p": 0.95, "top_k": 20}
+# mlx_lm_lora/trainer/grpo_trainer.py GRPOTrainingArgs: sampling defaults used by the rollout
+# (temperature also mlx_lm_lora/train.py CONFIG_DEFAULTS').
+GRPO_SAMPLING = {"temperature": 0.8, "top_p": 0.95, "top_k": 20}
 
 
 @dataclass(frozen=True)

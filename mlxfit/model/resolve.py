@@ -310,6 +310,11 @@ def read_config_file(path: Path) -> dict:
         raise MlxfitError(f"{path} is not valid JSON: {e.msg.removesuffix(' at')} at line {e.lineno}") from e
 
 
+def from_config(model_id: str, config: dict) -> ModelInfo:
+    """A model sized from a config.json's content alone (no files: its dtype as stated)."""
+    return _from_config(model_id, "config", config)
+
+
 def from_folder(folder: Path) -> ModelInfo:
     config_path = folder / "config.json" if folder.is_dir() else folder
     if not config_path.is_file():
