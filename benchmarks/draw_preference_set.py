@@ -2,8 +2,10 @@
 
     python benchmarks/draw_preference_set.py SEED N > set.json
     python benchmarks/preference.py --grid set.json --json rows.jsonl --out set.md
+    python benchmarks/draw_preference_set.py SEED N '{"fine_tune_type": "full", "load_in_4bits": true}' > set.json
 
-Small models (a few minutes on a 2-core CPU for 20 runs), every mode, flags drawn at random."""
+A third argument fixes every row's flags to these (one kind of run, drawn as often as
+needed); the rest is drawn as without it. Small models (a few minutes on a 2-core CPU for 20 runs), every mode, flags drawn at random."""
 
 import json
 import random
@@ -15,13 +17,15 @@ FLAGS = [{}, {}, {"batch_size": 2}, {"grad_checkpoint": True}, {"fine_tune_type"
          {"fine_tune_type": "full"}, {"num_layers": 2}, {"fine_tune_type": "full", "load_in_4bits": True}]
 
 
-def draw(seed: int, n: int) -> list:
+def draw(seed: int, n: int, fixed: dict | None = None) -> list:
     rng = random.Random(seed)
     rows = []
     for i in range(n):
         mode = MODES[i % len(MODES)]
         config = rng.choice(CONFIGS)
         flags = dict(rng.choice(FLAGS))
+        if fixed is not None:
+            flags = dict(fixed)
         if mode == "grpo":
             flags.update(rl_group_size=rng.choice([2, 4, 8]), max_completion_length=rng.choice([16, 32, 64]))
             if rng.random() < 0.2:
@@ -34,4 +38,4 @@ def draw(seed: int, n: int) -> list:
 
 
 if __name__ == "__main__":
-    print(json.dumps(draw(int(sys.argv[1]), int(sys.argv[2]))))
+    print(json.dumps(draw(int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]) if len(sys.argv) > 3 else None)))

@@ -539,11 +539,12 @@ def main() -> None:
     p.add_argument("--ranges", action="store_true", help="each mode's range from the recorded runs, cross-validated; run nothing")
     p.add_argument("--write", action="store_true", help="with --ranges: write mlxfit/data/preference_ranges.json")
     p.add_argument("--recount", action="store_true",
-                   help="count each recorded run's logits buffers on miniatures again (needs mlx-lm-lora), into the JSON-lines files")
+                   help="count each recorded run's logits buffers on miniatures again (needs mlx-lm-lora), into the JSON-lines "
+                        "files; with --rescore, into the rescored rows")
     p.add_argument("--depths", action="store_true", help="count llama-tied-8k's logits buffers on miniatures at 2-32 blocks")
     p.add_argument("--mac", action="store_true", help="the estimate on the public Mac runs of these modes; run nothing")
     args = p.parse_args()
-    if args.recount:
+    if args.recount and not args.rescore:
         recount()
         return
     if args.depths:
@@ -556,7 +557,12 @@ def main() -> None:
         print("\n".join(ranges(args.write)))
         return
     if args.rescore:
-        results = [rescore(json.loads(line)) for line in Path(args.rescore).read_text().splitlines() if line.strip()]
+        # With --recount, each row's logits buffers are counted again on miniatures (the model as it is
+        # now), and --json writes the rescored rows.
+        results = [rescore(json.loads(line), recount=args.recount)
+                   for line in Path(args.rescore).read_text().splitlines() if line.strip()]
+        if args.json:
+            Path(args.json).write_text("".join(json.dumps(r) + "\n" for r in results))
         write(results, [row(r) for r in results], args.out)
         return
     grid = GRID

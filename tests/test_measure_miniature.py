@@ -63,6 +63,10 @@ def test_the_shape_key_follows_what_shapes_the_graph():
     other = [replace(run, training=replace(t, grad_checkpoint=True)), replace(run, training=replace(t, num_layers=4)),
              replace(run, mode="orpo"), replace(run, training=replace(t, fine_tune_type="full"))]
     assert len({key, *(miniature.shape_key(model, r, 512) for r in other)}) == 5
+    # A full fine-tune of a base quantized at load trains only its norms: another graph.
+    full = replace(run, training=replace(t, fine_tune_type="full"))
+    on_quantized = replace(run, training=replace(t, fine_tune_type="full", quantize=True, quantized_frozen=True))
+    assert miniature.shape_key(model, on_quantized, 512) != miniature.shape_key(model, full, 512)
 
 
 def _measured_count(config: dict, run, length: int) -> float:
@@ -94,6 +98,22 @@ def test_the_miniature_counts_what_the_full_size_step_holds(miniatures_on, monke
     assert miniature.logits_buffers(model, dpo, 144, miniatures=True) == counts[0]
     stored = json.loads((miniature.cache_dir() / "miniature_counts.json").read_text())
     assert sorted(stored.values()) == sorted(counts)
+
+
+@needs_rl
+def test_a_full_fine_tune_of_a_quantized_base_is_counted_on_a_quantized_miniature(miniatures_on):
+    """mlx-lm-lora's full fine-tune with --load-in-4bits trains only what nn.quantize leaves
+    unfrozen (the norms), so its miniature is quantized at load too: unquantized, it trained
+    the embedding and head, whose gradients change what the step holds at its loss (a CPO
+    run of a tied bfloat16 llama read 7.37 buffers there, 5.0 held: +31%)."""
+    model = _from_config("llama", "local", LLAMA)
+    cpo = pref.resolve_run("cpo", {"fine_tune_type": "full", "load_in_4bits": True}, {})
+    small = miniature.miniature_run(cpo, model).training
+    assert small.quantize and small.group_size == miniature.MINIATURE_GROUP and small.fine_tune_type == "full"
+    assert not miniature.miniature_run(pref.resolve_run("cpo", {"load_in_4bits": True}, {}), model).training.quantize
+    count = miniature.logits_buffers(model, cpo, 144, miniatures=True)
+    assert count == pytest.approx(_measured_count(LLAMA, cpo, 144), abs=0.25)
+    assert count == pytest.approx(5.0, abs=0.1)
 
 
 @needs_rl

@@ -40,7 +40,9 @@ trainers do (mlx_lm_lora/trainer/, version 5.10.2):
   phase, the full-precision weights in GRPO's first rollout, and an untied head's
   full-precision weight where it is alive at the first step's peak (lazy_head_bytes).
   --train-type full on such a base trains only what nn.quantize leaves unfrozen
-  (unquantized_trainable).
+  (unquantized_trainable), and its blocks keep what the norms' backward needs
+  (full_on_quantized.py, counted per buffer); its logits are counted on a miniature
+  quantized the same way (mlxfit/measure/miniature.py miniature_run).
 """
 
 from __future__ import annotations
@@ -278,7 +280,12 @@ def _sft(model: ModelInfo, training, backend: str, length: int, logits=lambda f:
     f = {**f, key: int(logits(f[key]) + kept_logits / coef)}
     if frozen_quantized:
         from .detailed import optimizer_state_elements
+        from .full_on_quantized import kept_bytes
 
+        # What the blocks keep when only their norms train, counted per buffer
+        # (full_on_quantized.py), in place of a LoRA run's fitted activations.
+        kept, probs = kept_bytes(model, training.batch_size // training.hosts, f["tokens"], training.grad_checkpoint)
+        f.update(act_h_bytes=kept / c["act_h"], act_qkv_bytes=0, act_inter_bytes=0, scores_bytes=probs / c["scores"])
         trainable_bytes = sum(math.prod(shape) * size for shape, size in trainable)
         f.update(trainable_elements=sum(math.prod(shape) for shape, _ in trainable), trainable_bytes=trainable_bytes,
                  optimizer_bytes=sum(optimizer_state_elements(training.optimizer, [shape]) * size

@@ -76,12 +76,31 @@ def miniature_config(config: dict, vocab: int) -> dict:
     return out
 
 
-def miniature_run(run):
-    """The run as its miniature trains it: batch 1, the base unquantized (neither
-    changes the graph's shape), room for LENGTH tokens."""
+# The group a miniature of a quantized base is quantized in: its widths (32, 64) are
+# multiples of it; the group's size does not change the graph's shape.
+MINIATURE_GROUP = 32
+
+
+def frozen_quantized_base(model, run) -> bool:
+    """A full fine-tune of a quantized base (--load-in-Nbits, or a base stored quantized):
+    nn.quantize's layers freeze their weights, so only the norms and biases train, and
+    the step's graph differs from a full fine-tune's (no gradient for the embedding, the
+    head or any projection: the backward of each quantized matmul takes its input's
+    gradient only)."""
     t = run.training
-    return replace(run, training=replace(t, batch_size=1, quantize=False, grad_accumulation_steps=1,
-                                         max_seq_length=max(LENGTH, t.max_seq_length)))
+    return t.fine_tune_type == "full" and (t.quantize or model.quantized)
+
+
+def miniature_run(run, model=None):
+    """The run as its miniature trains it: batch 1, room for LENGTH tokens, the base
+    unquantized (a LoRA graph's shape is the same either way), but for a full fine-tune
+    of a quantized base, which is quantized as mlx-lm-lora's from_pretrained quantizes
+    at load (in MINIATURE_GROUP groups): unquantized, it would train every parameter."""
+    t = run.training
+    quantized = model is not None and frozen_quantized_base(model, run)
+    bits = {"bits": t.bits or 4, "group_size": MINIATURE_GROUP, "quantized_frozen": True} if quantized else {}
+    return replace(run, training=replace(t, batch_size=1, quantize=quantized, grad_accumulation_steps=1,
+                                         max_seq_length=max(LENGTH, t.max_seq_length), **bits))
 
 
 def shape_key(model, run, length: int) -> str:
@@ -95,6 +114,8 @@ def shape_key(model, run, length: int) -> str:
         "grad_checkpoint": t.grad_checkpoint, "device": str(mx.default_device()),
         # A full fine-tune's count no longer takes in its embedding's and head's training.
         **({"vocabulary_trained_apart": True} if t.fine_tune_type == "full" else {}),
+        # A full fine-tune of a quantized base: its miniature is quantized (miniature_run).
+        **({"quantized_base_frozen": True} if frozen_quantized_base(model, run) else {}),
         "mlx": mx.__version__,
     }
     return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:24]
@@ -225,7 +246,7 @@ def _count(todo: dict, on_event) -> dict:
 
     requests, plans, blocks = [], [], []
     for key, (model, run, _) in todo.items():
-        small = miniature_run(run)
+        small = miniature_run(run, model)
         try:
             minis = [_from_config(f"{model.id} (miniature)", "local", miniature_config(model.config, v)) for v in VOCABS]
         except MlxfitError:
