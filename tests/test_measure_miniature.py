@@ -111,8 +111,9 @@ def test_a_full_fine_tune_of_a_quantized_base_is_counted_on_a_quantized_miniatur
     small = miniature.miniature_run(cpo, model).training
     assert small.quantize and small.group_size == miniature.MINIATURE_GROUP and small.fine_tune_type == "full"
     assert not miniature.miniature_run(pref.resolve_run("cpo", {"load_in_4bits": True}, {}), model).training.quantize
-    count = miniature.logits_buffers(model, cpo, 144, miniatures=True)
-    assert count == pytest.approx(_measured_count(LLAMA, cpo, 144), abs=0.25)
+    # 72 tokens: the count is the same as at 144, and the full-size measurement half as long.
+    count = miniature.logits_buffers(model, cpo, 72, miniatures=True)
+    assert count == pytest.approx(_measured_count(LLAMA, cpo, 72), abs=0.25)
     assert count == pytest.approx(5.0, abs=0.1)
 
 
