@@ -711,7 +711,31 @@ def test_a_full_fine_tune_of_a_quantized_base_keeps_what_the_norms_backward_need
 
     model = _from_config("llama", "local", TIED_LLAMA)
     peak = measure(model, run, 161, steps=2, timeout=600).peak_bytes
-    assert est.estimate_run(model, run, "cpu", length=161).peak_bytes == pytest.approx(peak, rel=0.10)
+    # -7.4% before the working set of the block being differentiated was counted.
+    assert est.estimate_run(model, run, "cpu", length=161).peak_bytes == pytest.approx(peak, rel=0.05)
+
+
+@needs_rl
+def test_an_sft_step_of_a_quantized_base_holds_one_blocks_working_set_beside_what_blocks_keep():
+    """Beyond what every block keeps, the SFT step's peak holds a working set that does not
+    grow with depth (full_on_quantized.working_bytes): per token 8 float32 and 4 model-dtype
+    buffers of the hidden width, 4 of the intermediate width, and a float32 row of the
+    attention probabilities. Measured with mlx-lm-lora's train_sft (mlxfit's child) on a
+    4-block llama quantized at load: its estimate read 7% low without it and reads 6% high
+    with it, the CPU's fitted framework term (1.1 MB, which the child's step does not hold)
+    most of that."""
+    from mlxfit.estimate.full_on_quantized import working_bytes
+    from mlxfit.measure.preference import measure
+    from mlxfit.model.resolve import _from_config
+
+    run = pref.resolve_run("lora_sft", {"fine_tune_type": "full", "load_in_4bits": True}, {})
+    model = _from_config("llama", "local", {**TIED_LLAMA, "num_hidden_layers": 4})
+    assert working_bytes(model, 1, 128) == 128 * (8 * 256 * 4 + 4 * 256 * 2 + 4 * 512 * 2 + 8 * 128 * 4)
+    peak = measure(model, run, 129, steps=2, timeout=600).peak_bytes
+    estimate = est.estimate_run(model, run, "cpu", length=129)
+    assert estimate.peak.name.startswith("training step")
+    assert estimate.peak_bytes == pytest.approx(peak, rel=0.08)
+    assert estimate.peak_bytes - working_bytes(model, 1, 128) < 0.95 * peak
 
 
 @needs_rl
@@ -773,6 +797,7 @@ def test_a_compiled_sum_of_two_lookups_gradients_holds_three_matrices():
     summed in place; uncompiled, the add reuses a contribution's buffer."""
     import mlx.core as mx
 
+    mx.enable_compile()  # an earlier test's CPO step may have turned it off in this process
     w = mx.random.normal((4096, 64)); idx = mx.arange(0, 4096, 37); mx.eval(w, idx)
 
     def loss(w):
@@ -798,6 +823,8 @@ def _orpo_update_slope(tied: bool) -> float:
     import mlx.optimizers as optim
     from mlx_lm.models import llama
     from mlx_lm_lora.trainer.orpo_trainer import orpo_loss_from_model
+
+    mx.enable_compile()  # an earlier test's CPO step may have turned it off in this process
 
     def peak(vocab):
         config = dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
