@@ -280,11 +280,18 @@ def _sft(model: ModelInfo, training, backend: str, length: int, logits=lambda f:
     f = {**f, key: int(logits(f[key]) + kept_logits / coef)}
     if frozen_quantized:
         from .detailed import optimizer_state_elements
-        from .full_on_quantized import kept_bytes
+        from .full_on_quantized import kept_bytes, working_bytes
 
         # What the blocks keep when only their norms train, counted per buffer
-        # (full_on_quantized.py), in place of a LoRA run's fitted activations.
-        kept, probs = kept_bytes(model, training.batch_size // training.hosts, f["tokens"], training.grad_checkpoint)
+        # (full_on_quantized.py), in place of a LoRA run's fitted activations; in a
+        # single-pass step (SFT), the working set of the block being differentiated on
+        # top: measured on SFT steps, where it is alive with the logits' gradient. The
+        # paired modes (their peak at the loss of two passes, counted on a miniature) and
+        # GRPO's microbatches read within 5% without it, and 6-13% high with it.
+        batch = training.batch_size // training.hosts
+        kept, probs = kept_bytes(model, batch, f["tokens"], training.grad_checkpoint)
+        if passes == 1 and not accumulated:
+            kept += working_bytes(model, batch, f["tokens"])
         f.update(act_h_bytes=kept / c["act_h"], act_qkv_bytes=0, act_inter_bytes=0, scores_bytes=probs / c["scores"])
         trainable_bytes = sum(math.prod(shape) * size for shape, size in trainable)
         f.update(trainable_elements=sum(math.prod(shape) for shape, _ in trainable), trainable_bytes=trainable_bytes,
@@ -302,26 +309,45 @@ OUTSIDE_UPDATE = "update of the embedding, head, final norm"
 ACCUMULATED = "accumulated gradients"
 
 
-def outside_update_bytes(model: ModelInfo, training, passes: int, compiled: bool) -> int:
+def outside_update_bytes(model: ModelInfo, training, passes: int, compiled: bool, accumulated: bool = False) -> int:
     """What the update of the embedding, head and final norm holds in flight, beside the
-    blocks' (detailed.update_in_flight_bytes, measured on blocks of many small arrays). Each
-    is one array updated whole: in a compiled step (mx.compile over the step and the
-    update) its gradient, new state and new weight are in flight at once, the optimizer's
-    cap on all trainable bytes (detailed.UPDATE_IN_FLIGHT: 2.2x for Adam); each further use
-    of the matrix in the forward pass (the second of chosen and rejected; a tied embedding,
-    also the head) adds a gradient contribution of its size alive before they are summed.
+    blocks' (detailed.update_in_flight_bytes, measured on blocks of many small arrays).
+    Each is one array updated whole. Compiled (mx.compile over the step and the update),
+    a matrix used k times in the forward pass holds its k gradient contributions and
+    their sum (a compiled add does not sum in place: two lookups' gradients of one matrix
+    peak at 3 of its size, pinned in tests/test_preference.py), then its new optimizer
+    state and new weight; the matrices are updated one after another, so the largest such
+    matrix is the peak. k is the number of passes (chosen and rejected are two), twice
+    that for a tied embedding (its lookup's gradient, a scatter into a matrix of its
+    size, and its use as the head). Measured as the slope of a compiled step's peak over
+    the vocabulary, less the resident weights and Adam state, in matrices: tied llama ORPO
+    7.45 (counted 8; bfloat16 and float32, 4 to 8 blocks), untied 5.6 (counted 6).
     Uncompiled (CPO), the update's elementwise steps reuse their inputs' buffers: the
-    gradient contributions only. Measured on real mlx_lm_lora.train runs as the peak less
-    that of the same run with the embedding and head frozen, at lengths where the update
-    is the peak (docs/preference.md): untied float32 qwen3, SFT 2.2x and ORPO 2.9x per
-    matrix, CPO 1.8-2.2x; tied bfloat16 llama ORPO 5.6x."""
-    from .detailed import UPDATE_IN_FLIGHT
+    gradient contributions only (real runs: 1.8-2.2x per matrix). `accumulated` (GRPO:
+    the update, uncompiled, applies the summed gradients of its microbatches, whose
+    contributions are summed already): the optimizer's cap on the matrices
+    (detailed.UPDATE_IN_FLIGHT: 2.2x for Adam) and one contribution per further use."""
+    from .detailed import UPDATE_IN_FLIGHT, optimizer_state_elements
 
-    weights, _, _ = vocabulary_training(model, training)
-    uses = passes * (2 if model.architecture.tied_embeddings else 1)
+    if not vocabulary_training(model, training)[0]:
+        return 0
+    arrays = outside_blocks(model)
+    tied = model.architecture.tied_embeddings
+    uses = passes * (2 if tied else 1)
+    total = sum(math.prod(shape) * size for shape, size in arrays)
+    if accumulated:
+        return int((UPDATE_IN_FLIGHT[training.optimizer][2] + uses - 1) * total)
     if not compiled:
-        return uses * weights
-    return int((UPDATE_IN_FLIGHT[training.optimizer][2] + uses - 1) * weights)
+        return uses * total
+
+    def in_flight(shape, size):
+        n = math.prod(shape)
+        if len(shape) < 2:
+            return (1 + optimizer_state_elements(training.optimizer, [shape]) / n + 1) * n * size
+        state = optimizer_state_elements(training.optimizer, [shape]) / n
+        return (uses + (uses > 1) + state + 1) * n * size
+
+    return int(max(in_flight(shape, size) for shape, size in arrays))
 
 
 def _with_outside_trained(sft: Breakdown, f: dict, c: dict, model: ModelInfo, training, passes: int,
@@ -344,7 +370,7 @@ def _with_outside_trained(sft: Breakdown, f: dict, c: dict, model: ModelInfo, tr
     step = max((moments[m] for m in MOMENTS), key=lambda m: sum(m.values()))
     blocks = update_in_flight_bytes(training.optimizer, f["trainable_bytes"], f["trained_blocks"])
     update = {"gradients": min(blocks, f["trainable_bytes"]), "update temporaries": max(blocks - f["trainable_bytes"], 0),
-              OUTSIDE_UPDATE: outside_update_bytes(model, training, passes, compiled)}
+              OUTSIDE_UPDATE: outside_update_bytes(model, training, passes, compiled, accumulated)}
     at_step = {**step, OUTSIDE_GRADIENTS: gradients}
     if accumulated:
         at_step[ACCUMULATED] = resident["weights (trainable)"]
