@@ -111,10 +111,9 @@ def test_a_full_fine_tune_of_a_quantized_base_is_counted_on_a_quantized_miniatur
     small = miniature.miniature_run(cpo, model).training
     assert small.quantize and small.group_size == miniature.MINIATURE_GROUP and small.fine_tune_type == "full"
     assert not miniature.miniature_run(pref.resolve_run("cpo", {"load_in_4bits": True}, {}), model).training.quantize
-    # 72 tokens: the count is the same as at 144, and the full-size measurement half as long.
-    count = miniature.logits_buffers(model, cpo, 72, miniatures=True)
-    assert count == pytest.approx(_measured_count(LLAMA, cpo, 72), abs=0.25)
-    assert count == pytest.approx(5.0, abs=0.1)
+    # The full-size step holds 5.0 (_measured_count: 5.00 at 144 tokens, 4.99 at 72; a minute and a
+    # half of the suite, so test_the_miniature_counts_what_the_full_size_step_holds alone measures).
+    assert miniature.logits_buffers(model, cpo, 144, miniatures=True) == pytest.approx(5.0, abs=0.1)
 
 
 @needs_rl

@@ -692,8 +692,7 @@ def test_a_full_fine_tune_of_a_quantized_base_keeps_what_the_norms_backward_need
     block keeps its norms' inputs (and their float32 copies), q/k/v, the softmax and
     SwiGLU's four (full_on_quantized.kept_bytes). Measured with mlx-lm-lora's train_sft
     (mlxfit's child) at 4 and 8 blocks: the peak's growth per block, less the quantized
-    weights', is what is counted; and the estimate of the blind set's run is within 10% of
-    the step (it read 21% low)."""
+    weights', is what is counted (the whole estimate against the step: the working-set test below)."""
     from mlxfit.estimate.detailed import counted_totals
     from mlxfit.estimate.full_on_quantized import kept_bytes
     from mlxfit.measure.preference import measure
@@ -708,11 +707,6 @@ def test_a_full_fine_tune_of_a_quantized_base_keeps_what_the_norms_backward_need
     measured, counted = grown[1][0] - grown[0][0], grown[1][1] - grown[0][1]
     assert counted == 4 * 128 * ((2 * 256 * (2 + 4) + 384 * 2 + 4 * 512 * 2) + 8 * 128 * 2)
     assert measured == pytest.approx(counted, rel=0.06)  # 5.16 and 5.29 MB measured, a loaded CPU
-
-    model = _from_config("llama", "local", TIED_LLAMA)
-    peak = measure(model, run, 161, steps=2, timeout=600).peak_bytes
-    # -7.4% before the working set of the block being differentiated was counted.
-    assert est.estimate_run(model, run, "cpu", length=161).peak_bytes == pytest.approx(peak, rel=0.05)
 
 
 @needs_rl
@@ -812,45 +806,14 @@ def test_a_compiled_sum_of_two_lookups_gradients_holds_three_matrices():
 
 
 def _orpo_update_slope(tied: bool) -> float:
-    """The compiled ORPO step's peak above its resident weights and Adam state, as mlx-lm-lora
-    builds it (orpo_trainer.py train_orpo: nn.value_and_grad over orpo_loss_from_model, then
-    optimizer.update, under mx.compile), in vocabulary x hidden matrices per matrix of growth
-    between two vocabularies."""
-    from functools import partial
+    """The compiled ORPO step's update, measured in a process of its own (tests/orpo_update_slope.py):
+    in the suite's process, earlier tests' MLX state moved it (5.9 matrices read where 7.2 hold)."""
+    import subprocess
+    import sys
 
-    import mlx.core as mx
-    import mlx.nn as nn
-    import mlx.optimizers as optim
-    from mlx_lm.models import llama
-    from mlx_lm_lora.trainer.orpo_trainer import orpo_loss_from_model
-
-    mx.enable_compile()  # an earlier test's CPO step may have turned it off in this process
-
-    def peak(vocab):
-        config = dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab, rms_norm_eps=1e-5,
-                      tie_word_embeddings=tied)
-        mx.random.seed(0)
-        model = llama.Model(llama.ModelArgs.from_dict(config))
-        optimizer = optim.Adam(learning_rate=1e-5)
-        optimizer.init(model.trainable_parameters())
-        state = [model.state, optimizer.state, mx.random.state]
-        value_and_grad = nn.value_and_grad(model, orpo_loss_from_model)
-
-        @partial(mx.compile, inputs=state, outputs=state)
-        def step(*batch):
-            (loss, *_), grad = value_and_grad(model, *batch)
-            optimizer.update(model, grad)
-            return loss
-
-        chosen, rejected = mx.random.randint(0, vocab, (1, 16)), mx.random.randint(0, vocab, (1, 16))
-        mask, scores = mx.ones((1, 16)), mx.ones((1,))
-        mx.eval(chosen, rejected, mask, scores, state)
-        mx.reset_peak_memory(); before = mx.get_active_memory()
-        mx.eval(step(chosen, rejected, mask, mask, scores), state)
-        return mx.get_peak_memory() - before
-
-    return (peak(8192) - peak(4096)) / (4096 * 64 * 4)
+    out = subprocess.run([sys.executable, str(Path(__file__).parent / "orpo_update_slope.py"), "tied" if tied else "untied"],
+                         capture_output=True, text=True, check=True, timeout=300).stdout
+    return float(out.split()[-1])
 
 
 @pytest.mark.parametrize("tied, counted", [(True, 8), (False, 6)])
