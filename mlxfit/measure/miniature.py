@@ -91,13 +91,13 @@ def frozen_quantized_base(model, run) -> bool:
     return t.fine_tune_type == "full" and (t.quantize or model.quantized)
 
 
-def miniature_run(run, model=None):
+def miniature_run(run, model):
     """The run as its miniature trains it: batch 1, room for LENGTH tokens, the base
     unquantized (a LoRA graph's shape is the same either way), but for a full fine-tune
     of a quantized base, which is quantized as mlx-lm-lora's from_pretrained quantizes
     at load (in MINIATURE_GROUP groups): unquantized, it would train every parameter."""
     t = run.training
-    quantized = model is not None and frozen_quantized_base(model, run)
+    quantized = frozen_quantized_base(model, run)
     bits = {"bits": t.bits or 4, "group_size": MINIATURE_GROUP, "quantized_frozen": True} if quantized else {}
     return replace(run, training=replace(t, batch_size=1, quantize=quantized, grad_accumulation_steps=1,
                                          max_seq_length=max(LENGTH, t.max_seq_length), **bits))
