@@ -32,7 +32,8 @@ from ..errors import BadInput
 from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
 from .duration import forward_operations, phase_operations
-from .step_work import ADAPTER_FORWARD_OPS, OPTIMIZER_OPS, Work, adapted_layers, decode_ops, forward_work, step_work
+from .step_work import (ADAPTER_FORWARD_OPS, OPTIMIZER_OPS, Work, adapted_layers, decode_ops, forward_work, step_work,
+                        trainable_arrays)
 
 MEASURED_BASIS = "rates measured on this machine"
 # The spread of measured over predicted step time on this machine (a factor on the
@@ -278,18 +279,12 @@ def grpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, pro
     phases = {"generation": generation, "reference": _forward_seconds(model, width, rows, speed, calls=chunks)}
     work = step_work(model, policy_training, width, sequences=rows)
     phases.update(_with_work({k: v / rate for k, v in policy.items()}, work, speed))
-    arrays = _trainable_arrays(model, policy_training)
+    arrays = trainable_arrays(model, policy_training)
     microbatched = work.ops - arrays * OPTIMIZER_OPS
     phases["dispatch"] += ((chunks - 1) * microbatched + chunks * arrays * ACCUMULATE_OPS) * speed.seconds_per_op
     ops = (sum(policy.values()) + forward_operations(model, width, rows) + forward_operations(model, 1, decoding) * steps
            + forward_operations(model, prompt_length, decoding))
     return StepTime(phases, ops, 2 * read)
-
-
-def _trainable_arrays(model: ModelInfo, training: TrainingConfig) -> int:
-    from .detailed import counted
-
-    return len(counted(model, training)[1])
 
 
 def evaluation_seconds(model: ModelInfo, training: TrainingConfig, speed: Speed, width: int) -> float:

@@ -120,6 +120,13 @@ def decode_ops(model: ModelInfo) -> int:
     return DECODE_OPS + DECODE_BLOCK_OPS * len(model.architecture.blocks)
 
 
+def trainable_arrays(model: ModelInfo, training: TrainingConfig) -> int:
+    """The arrays the optimizer updates (each its OPTIMIZER_OPS)."""
+    from .detailed import counted
+
+    return len(counted(model, training)[1])
+
+
 def forward_work(model: ModelInfo, length: int, sequences: int) -> Work:
     """A forward pass alone (an evaluation, a reference model) of `sequences` rows
     `length` tokens wide, as duration.forward_operations."""
@@ -137,7 +144,7 @@ def step_work(model: ModelInfo, training: TrainingConfig, length: int | None = N
               sequences: int | None = None) -> Work:
     """One training step's work besides matrix products; `length` and `sequences` as
     duration.phase_operations."""
-    from .detailed import counted, counted_totals
+    from .detailed import counted_totals
 
     arch = model.architecture
     width = training.batch_width(length)
@@ -151,7 +158,7 @@ def step_work(model: ModelInfo, training: TrainingConfig, length: int | None = N
     recompute = training.grad_checkpoint
     passes = sum(p for p, _ in blocks) + (3 if recompute else 2) * trained_passes
     transcendental = sum(s for _, s in blocks) + (sum(s for _, s in blocks[first:]) if recompute else 0)
-    arrays = len(counted(model, training)[1])
+    arrays = trainable_arrays(model, training)
     _, elements, trainable_bytes, _ = counted_totals(model, training)
     adapted = adapted_layers(model, training)
     traffic = (N * activation_bytes(model) * passes
