@@ -193,6 +193,15 @@ def test_a_wide_full_fine_tune_peaks_at_the_update():
     assert b.parts["gradients"] + b.parts["update temporaries"] == int(2.0 * b.features["trainable_bytes"])
 
 
+@pytest.mark.parametrize("name", ["llama", "phi3", "qwen3"])
+def test_an_mlp_as_wide_as_the_model_is_still_counted(name):
+    """gate, up and down are all hidden x hidden: the down projection is told by its name."""
+    config = dict(TINY[name], torch_dtype="float32")
+    config["intermediate_size"] = config["hidden_size"]
+    block = _from_config(name, "local", config).architecture.blocks[0]
+    assert block.intermediate == config["hidden_size"]
+
+
 def test_logits_grow_with_vocabulary():
     info = from_catalog("Qwen/Qwen2.5-0.5B-Instruct")
     f = features(info, TrainingConfig(batch_size=1, max_seq_length=1025))

@@ -27,6 +27,9 @@ MEASURED_KINDS = ("attention", "mlp")
 MEASURED_SLIDING_TYPES = ("gemma2", "gemma3", "gemma3_text")
 _MIXER_NAMES = ("self_attn", "attn", "attention", "self_attention", "linear_attn", "mixer", "conv", "mamba", "norm_attn_norm")
 _OUTPUT_NAMES = ("o_proj", "out_proj", "dense", "wo", "c_proj", "o")
+# An MLP's output projection, by name: the only way to tell it from gate and up when
+# the MLP is as wide as the model (every one of them hidden x hidden).
+_DOWN_NAMES = ("down_proj", "fc2", "w2", "c_proj", "dense_4h_to_h", "wo", "proj_out")
 _TOPK_NAMES = ("num_experts_per_tok", "top_k", "n_activated_experts", "moe_topk", "num_selected_experts", "experts_per_token")
 _HEAD_NAMES = ("n_heads", "num_heads", "num_attention_heads", "n_head")
 _KV_NAMES = ("n_kv_heads", "num_key_value_heads", "num_kv_heads", "n_kv_head")
@@ -306,8 +309,8 @@ def _block(block: nn.Module, index: int, config: dict, hidden: int, tree: list) 
         qk_norm = "q_norm" in attention and "k_norm" in attention
     experts = max((l.experts for l in linears), default=1)
     expert_down = [l for l in linears if l.experts > 1 and l.out_features == hidden]
-    dense_down = [l for l in linears if l.experts == 1 and l.out_features == hidden and l.in_features != hidden
-                  and l not in in_mixer]
+    dense_down = [l for l in linears if l.experts == 1 and l.out_features == hidden and l not in in_mixer
+                  and (l.in_features != hidden or l.path.split(".")[-1] in _DOWN_NAMES)]
     recurrent = next(((h, k, v) for _, m in modules if (h := _int_attr(m, ("num_v_heads",)))
                       and (k := _int_attr(m, ("head_k_dim",))) and (v := _int_attr(m, ("head_v_dim",)))), (0, 0, 0))
     topk = 0
