@@ -11,10 +11,9 @@ switch is cited from MLX / mlx-lm source (see docs/estimate.md):
 - compiled_step: mlx-lm compiles the whole training step (mx.compile with state in
   and out), which fuses elementwise chains so their intermediates are never
   allocated. The only public uncompiled Metal run is mlx-lm PR #53's baseline.
-- fused_sdpa_forward: before mlx 0.25.0 (PR #2054) Metal ran the fused attention
-  forward while training and recomputed the unfused graph in the backward; since,
-  training runs the unfused forward and keeps the probabilities (`use_fallback`
-  in backend/metal/scaled_dot_product_attention.cpp).
+Attention needs no switch: Metal trains it unfused from mlx 0.25.0 (PR #2054); the fused
+forward of mlx 0.24 (mlx-lm's "causal" mask) recomputed the unfused graph in its VJP, and
+the one public run of it (mlx-lm PR #53) logged the probabilities' memory all the same.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 FUSED_CE_MLX = (0, 32, 3)
-UNFUSED_SDPA_TRAINING_MLX = (0, 25, 0)
 
 
 def parse_version(text: str | None) -> tuple[int, ...] | None:
@@ -51,15 +49,13 @@ def installed_mlx() -> tuple[int, ...] | None:
 class Runtime:
     fused_cross_entropy: bool = True
     compiled_step: bool = True
-    fused_sdpa_forward: bool = False
 
     @classmethod
     def of_versions(cls, backend: str, mlx: tuple[int, ...] | None, compiled_step: bool = True) -> "Runtime":
         """`mlx` None: a current MLX (the estimate plans for what a user installs now)."""
         gpu = backend in ("metal", "cuda")
         fused_ce = gpu and (mlx is None or mlx >= FUSED_CE_MLX)
-        old_sdpa = backend == "metal" and mlx is not None and mlx < UNFUSED_SDPA_TRAINING_MLX
-        return cls(fused_cross_entropy=fused_ce, compiled_step=compiled_step, fused_sdpa_forward=old_sdpa)
+        return cls(fused_cross_entropy=fused_ce, compiled_step=compiled_step)
 
     @classmethod
     def current(cls, backend: str) -> "Runtime":
