@@ -98,6 +98,7 @@ class Speed:
     chip: str | None = None
     transcendentals_per_second: float | None = None  # exps apart from the traffic; None: in it
     softmax_per_second: float | None = None  # the attention's scores (a precise softmax); None: as other exps
+    roots_per_second: float | None = None  # the optimizer's square roots apart from the traffic; None: in it
     seconds_per_op: float = 0.0  # dispatching one operation
     decode_op_seconds: float = 0.0  # an operation of mlx-lm's decoding loop (0: as seconds_per_op)
     correction: dict | None = None  # the stored measurement that scaled the rates (calibration.py), if any
@@ -105,7 +106,7 @@ class Speed:
     def to_dict(self) -> dict:
         return {"operations_per_second": self.operations_per_second, "bytes_per_second": self.bytes_per_second,
                 "transcendentals_per_second": self.transcendentals_per_second,
-                "softmax_per_second": self.softmax_per_second,
+                "softmax_per_second": self.softmax_per_second, "roots_per_second": self.roots_per_second,
                 "seconds_per_op": self.seconds_per_op, "decode_op_seconds": self.decode_op_seconds,
                 "basis": self.basis, "chip": self.chip,
                 **({"corrected_by": self.correction} if self.correction else {})}
@@ -120,7 +121,7 @@ def corrected(speed: Speed, factor: float, measurement: dict) -> Speed:
     return replace(speed, operations_per_second=speed.operations_per_second / factor,
                    bytes_per_second=slower(speed.bytes_per_second),
                    transcendentals_per_second=slower(speed.transcendentals_per_second),
-                   softmax_per_second=slower(speed.softmax_per_second),
+                   softmax_per_second=slower(speed.softmax_per_second), roots_per_second=slower(speed.roots_per_second),
                    seconds_per_op=speed.seconds_per_op * factor, decode_op_seconds=speed.decode_op_seconds * factor,
                    correction={**measurement, "factor": round(factor, 3)})
 
@@ -129,7 +130,8 @@ def measured_speed(rates) -> Speed:
     """This machine, at the rates the caller measured here (measure/rate.py MachineRates)."""
     return Speed(rates.matmul, rates.elementwise, MEASURED_BASIS, MEASURED_RANGE,
                  transcendentals_per_second=rates.transcendental, seconds_per_op=rates.operation,
-                 softmax_per_second=rates.softmax, decode_op_seconds=rates.decode_op or 0.0)
+                 softmax_per_second=rates.softmax, roots_per_second=rates.root,
+                 decode_op_seconds=rates.decode_op or 0.0)
 
 
 def fitted_efficiency() -> dict:
@@ -181,6 +183,8 @@ def elementwise_seconds(work: Work, speed: Speed) -> float:
         seconds += (work.transcendentals - scores) / speed.transcendentals_per_second
         if scores:
             seconds += scores / speed.softmax_per_second
+    if speed.roots_per_second:
+        seconds += work.roots / speed.roots_per_second
     return seconds
 
 

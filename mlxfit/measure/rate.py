@@ -1,7 +1,7 @@
 """Quick measured rates of this machine, on MLX's default device, in a model's dtype:
 how many operations per second a matrix product runs at (a quantized product for a
 quantized base), how many bytes per second a large elementwise operation moves, how
-many exps per second it computes, and what one tiny operation costs. Each takes a
+many exps and square roots per second it computes, and what one tiny operation costs. Each takes a
 fraction of a second and a few MB; `machine_rates` measures them once per machine
 (CPU, backend, MLX version, dtype) and keeps them in mlxfit's cache. What an operation
 of mlx-lm's decoding loop costs is measured apart, for GRPO alone (decode_rate.py)."""
@@ -89,6 +89,16 @@ def transcendental_rate(dtype: str = "bfloat16", elements: int = ELEMENTS // 8) 
     return elements / _best_seconds(lambda: mx.exp(x))
 
 
+def root_rate(dtype: str = "bfloat16", elements: int = ELEMENTS // 2) -> float:
+    """Square roots per second (Adam's, one per trainable element): on MLX's CPU some 15
+    times an exp's rate, so not timed as one."""
+    import mlx.core as mx
+
+    x = mx.random.uniform(shape=(elements,)).astype(_kind(dtype))
+    mx.eval(x)
+    return elements / _best_seconds(lambda: mx.sqrt(x))
+
+
 SOFTMAX_ROW = 256  # a row of attention scores
 
 
@@ -130,15 +140,16 @@ class MachineRates:
     operation: float  # seconds per tiny operation
     softmax: float | None = None  # attention scores per second (None: measured before it was, at the exp rate)
     decode_op: float | None = None  # seconds per operation of a decoding step (None: not asked, decode_rate.py)
+    root: float | None = None  # square roots per second (None: measured before it was, in the traffic)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def measure_rates(dtype: str = "bfloat16", bits: int | None = None, group_size: int = 64) -> MachineRates:
-    """All five, measured now (the decoding loop's apart: measure/decode_rate.py, for GRPO alone)."""
+    """All six, measured now (the decoding loop's apart: measure/decode_rate.py, for GRPO alone)."""
     return MachineRates(matmul_rate(dtype, bits, group_size), elementwise_rate(dtype), transcendental_rate(dtype),
-                        operation_seconds(), softmax_rate(dtype))
+                        operation_seconds(), softmax_rate(dtype), root=root_rate(dtype))
 
 
 def machine_key(dtype: str, bits: int | None = None, group_size: int = 64) -> str:
@@ -148,7 +159,7 @@ def machine_key(dtype: str, bits: int | None = None, group_size: int = 64) -> st
     import mlx.core as mx
 
     return "|".join([_processor() or platform.machine(), str(mx.default_device()), mx.__version__, dtype,
-                     f"{bits}-bit/{group_size}" if bits else "float", "softmax"])  # rates stored before the softmax's: again
+                     f"{bits}-bit/{group_size}" if bits else "float", "root"])  # rates stored before the square root's: again
 
 
 def _processor() -> str:
