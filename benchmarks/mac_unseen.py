@@ -33,74 +33,6 @@ from mlxfit.estimate.uncertainty import range_factors  # noqa: E402
 FILE = "mac_runs_unseen.csv"
 RESULT = ROOT / "benchmarks" / "results" / "mac_unseen.md"
 QV = ev.QV
-# Mistral-7B-Instruct-v0.2 is v0.3's architecture with a 32,000-word vocabulary.
-MISTRAL_V02_4BIT = {"quantization": {"bits": 4, "group_size": 64}, "vocab_size": 32000}
-# The seven linears of a Llama block, given explicitly (a date before mlx-lm 0.28.2 would read q,v otherwise).
-LLAMA_ALL = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-             "mlp.up_proj", "mlp.down_proj")
-
-
-def _run(key, row, source, model, training, longest, peak_gb, rounding_gb, date, mlx, trust, how, **kw):
-    return ev._run(key, row, source, model, training, longest, peak_gb, rounding_gb, date, mlx, trust, how,
-                   file=FILE, **kw)
-
-
-# One Run per row of mac_runs_unseen.csv (row = its 0-based data row), read as its log states; what
-# is inferred is in the row's `inferred` column.
-RUNS: tuple[ev.Run, ...] = (
-    _run("qwen3-8b-8bit-32-layers", 0, "code-index 53634803270", "mlx-community/Qwen3-8B-8bit",
-         dict(batch_size=4, num_layers=32, quantize=True), (241, 2048), 14.808, 0.0005, "2026-04-30", "0.31", "low",
-         "32 blocks, every linear (19.399M); batch 4 read; ~241 tokens per row, the longest up to 2048"),
-    _run("phi3-mini-o-proj-iter10", 1, "code-index 21545102", "microsoft/Phi-3-mini-4k-instruct",
-         dict(batch_size=4, num_layers=32, rank=16, scale=20.0, dropout=0.1, grad_checkpoint=True,
-              lora_keys=("self_attn.o_proj",)), (151, 2048), 8.924, 0.0005, "2025-08-18", "0.26", "medium",
-         "o_proj alone at rank 16 in 32 blocks (3,145,728), checkpointed; ~151 tokens per row by iteration 10"),
-    _run("phi3-mini-o-proj-iter30", 2, "code-index 21545102", "microsoft/Phi-3-mini-4k-instruct",
-         dict(batch_size=4, num_layers=32, rank=16, scale=20.0, dropout=0.1, grad_checkpoint=True,
-              lora_keys=("self_attn.o_proj",)), (200, 2048), 11.472, 0.0005, "2025-08-18", "0.26", "medium",
-         "the same run's peak at iteration 30"),
-    _run("mistral7b-v0.2-uniform-210", 3, "code-index 24377332848", ev.MISTRAL,
-         dict(batch_size=4, num_layers=-1, quantize=True, lora_keys=QV), (210, 230), 13.351, 0.0005, "2025-02-23",
-         "0.23", "medium", "every block adapted (3.408M), q,v; every row 210 tokens (840 a step throughout)",
-         config=MISTRAL_V02_4BIT),
-    _run("mistral7b-v0.2-attempt2", 4, "code-index 24377332848", ev.MISTRAL,
-         dict(batch_size=4, num_layers=-1, quantize=True, lora_keys=QV), (65, 2048), 9.553, 0.0005, "2025-02-23",
-         "0.23", "low", "~65 tokens per row, the longest unknown", config=MISTRAL_V02_4BIT),
-    _run("mistral7b-v0.2-attempt3", 5, "code-index 24377332848", ev.MISTRAL,
-         dict(batch_size=4, num_layers=-1, quantize=True, lora_keys=QV), (50, 2048), 11.668, 0.0005, "2025-02-23",
-         "0.23", "low", "~50 tokens per row; the peak after the validation pass at 200", config=MISTRAL_V02_4BIT),
-    _run("qwen2.5-7b-4bit-ckpt-b4", 6, "code-index 54206609662", "mlx-community/Qwen2.5-7B-Instruct-4bit",
-         dict(batch_size=4, num_layers=16, grad_checkpoint=True, quantize=True), (236, 2048), 12.247, 0.0005,
-         "2025-10-01", "0.29", "medium", "every linear (11.534M), checkpointed; answers ~235 tokens, prompts unknown"),
-    _run("phi4-mini-reasoning-qkv-b4", 7, "code-index 8782186796", "microsoft/Phi-4-mini-instruct",
-         dict(batch_size=4, num_layers=16, lora_keys=("self_attn.qkv_proj",)), (597, 2048), 28.763, 0.0005,
-         "2025-06-01", "0.26", "medium", "qkv_proj alone (1.049M), mlx-lm's defaults; ~597 tokens per row"),
-    _run("rlt-7b-4bit-smoke", 8, "code-index 62161699056", "mlx-community/Qwen2.5-7B-Instruct-4bit",
-         dict(batch_size=1, num_layers=4, quantize=True, max_seq_length=512), (129, 512), 5.378, 0.0005,
-         "2026-01-01", "0.30", "medium", "one step and one validation batch, the row 129-512 tokens"),
-    _run("qwen2.5-1.5b-4bit-b1-ckpt", 9, "code-index 59607076791", "mlx-community/Qwen2.5-1.5B-Instruct-4bit",
-         dict(batch_size=1, num_layers=16, grad_checkpoint=True, quantize=True), (1400, 2048), 3.49, 0.005,
-         "2026-01-01", "0.30", "medium", "~1400-token prompts, checkpointed, batch 1"),
-    _run("qwen2.5-1.5b-4bit-b2-ckpt", 10, "code-index 59607076791", "mlx-community/Qwen2.5-1.5B-Instruct-4bit",
-         dict(batch_size=2, num_layers=16, grad_checkpoint=True, quantize=True), (1400, 2048), 5.6, 0.05,
-         "2026-01-01", "0.30", "medium", "the same at batch 2"),
-    _run("phi4-mini-4bit-b1-8-layers-ckpt", 11, "code-index 10464844662", "mlx-community/Phi-4-mini-instruct-4bit",
-         dict(batch_size=1, num_layers=8, grad_checkpoint=True, quantize=True), (32, 2048), 3.7, 0.05, "2026-02-19",
-         "0.30", "low", "8 blocks, batch 1, checkpointed; row lengths unknown"),
-    # Found in a second search (issues), read and committed before they were scored.
-    _run("llama3.1-8b-bf16-8192-oct", 12, "mlx-examples#1076", "meta-llama/Llama-3.1-8B-Instruct",
-         dict(batch_size=1, num_layers=32, rank=32, dropout=0.05, max_seq_length=8192, lora_keys=LLAMA_ALL),
-         8192, 121.550, 0.0005, "2024-10-30", "0.19", "medium",
-         "every linear at rank 32 in 32 blocks (83.886M), batch 1; a row truncated to 8192 before the report"),
-    _run("llama3.1-8b-bf16-8192-sep", 13, "mlx-examples#1076", "meta-llama/Llama-3.1-8B-Instruct",
-         dict(batch_size=1, num_layers=32, rank=32, dropout=0.05, max_seq_length=8192, lora_keys=LLAMA_ALL),
-         8192, 121.504, 0.0005, "2024-09-20", "0.18", "medium", "the same settings a month earlier (19453 -> 8192)"),
-    _run("llama3-8b-bf16-rank128-iter10", 14, "mlx-examples#724", "meta-llama/Meta-Llama-3-8B-Instruct",
-         dict(batch_size=1, num_layers=32, rank=128, max_seq_length=8096, lora_keys=LLAMA_ALL),
-         (457, 8096), 28.349, 0.0005, "2024-04-28", "0.11", "low",
-         "every linear at rank 128 in 32 blocks (335.544M), batch 1; ~457 tokens per row, the longest up to 8096"),
-)
-
 # Found but not scored: what each is and why the existing path cannot reproduce it as its log states.
 NOT_SCORED = (
     ("Nemotron-3 Nano (nemotron_h, hybrid Mamba / MoE) LoRA runs, 64.8-82.6 GB (code-index 51765587446, 2026)",
@@ -193,7 +125,7 @@ def report(mem, tim, eff) -> str:
         lo, hi = r.lengths()
         lines.append(f"| {r.key} | {r.trust} | {r.model} | {t.batch_size} | {t.num_layers} | "
                      f"{'yes' if t.grad_checkpoint else 'no'} | {lo}-{hi}{' (exact)' if m['exact'] else ''} | "
-                     f"{r.peak_gb:g} | {m['pred'][0]:.2f}-{m['pred'][1]:.2f} | {me.pct(m['error'])} | "
+                     f"{r.peak_bytes / 1e9:.2f}{' ¹' if r.logged_unit != 10**9 else ''} | {m['pred'][0]:.2f}-{m['pred'][1]:.2f} | {me.pct(m['error'])} | "
                      f"{m['range'][0]:.3f}-{m['range'][1]:.3f} | {'yes' if m['inside'] else 'no'} |")
     lines += ["", "Error: (prediction - logged) / logged from the nearer of the two bounded predictions, 0 where the "
               "logged peak lies between them; inside: the logged peak within [low x the prediction at the lower bound, "
