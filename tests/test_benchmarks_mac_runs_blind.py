@@ -1,0 +1,80 @@
+"""benchmarks/mac_runs_blind.py and its data: every blind public Mac run is read once, as its log reads.
+
+Nothing here estimates a peak: the runs are scored once, blind, after the change they check is
+frozen. These tests pin the reading of each run (its row, logged peak and trust, the pace rows,
+and the trainable weights the log prints against the model's own linears).
+"""
+
+import ast
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import mac_runs_blind as mb  # noqa: E402
+
+ROWS = list(csv.DictReader(open(ROOT / "benchmarks" / "evidence" / mb.FILE, encoding="utf-8")))
+
+
+def test_every_blind_row_is_read_once_with_its_logged_peak_and_trust_or_said_why_not():
+    rows = [run.row for run in mb.RUNS]
+    assert len(rows) == len(set(rows))
+    for run in mb.RUNS:
+        row = ROWS[run.row]
+        assert (row["key"], float(row["peak_gb"]), row["trust"]) == (run.key, run.peak_gb, run.trust)
+        decimals = len(row["peak_gb"].partition(".")[2])  # half the precision the peak was printed with
+        assert run.rounding_gb == pytest.approx(0.5 * 10.0**-decimals)
+        assert run.file == mb.FILE
+    left = [i for i in range(len(ROWS)) if i not in rows]
+    assert all(any(ROWS[i]["key"] in what for what, _ in mb.NOT_SCORED) for i in left)
+    assert len(left) == len(mb.NOT_SCORED)
+
+
+def test_every_time_row_is_a_blind_row_with_its_logged_pace():
+    by_key = {row["key"]: row for row in ROWS}
+    for row in mb.TIME_ROWS:
+        logged = by_key[row["key"]]
+        assert (logged["tokens_per_sec"], logged["tokens_per_step"], logged["width"]) == (
+            row["tokens_per_sec"], row["tokens_per_step"], row["width"])
+
+
+def test_the_module_imports_nothing_that_estimates():
+    tree = ast.parse((ROOT / "benchmarks" / "mac_runs_blind.py").read_text(encoding="utf-8"))
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported <= {"__future__", "sys", "pathlib", "mac_runs"}
+
+
+def test_each_run_builds_its_settings_and_widths():
+    for run in mb.RUNS:
+        t = run.training_config()
+        lo, hi = run.lengths()
+        assert 1 <= lo <= hi <= t.max_seq_length
+
+
+def _adapted(run) -> int:
+    """LoRA weights of the run as its mlx-lm applied them: rank x (in + out) per adapted linear."""
+    t, arch = run.training_config(), run.model_info().architecture
+    blocks = arch.blocks if t.num_layers == -1 else arch.blocks[-t.num_layers:]
+    return sum(t.rank * (l.in_features + l.out_features) * l.experts
+               for b in blocks for l in b.linears if t.lora_keys is None or l.path in t.lora_keys)
+
+
+@pytest.mark.parametrize("key, logged", [
+    ("qwen2.5-0.5b-bf16-lab-rank8", 0.733e6),
+    ("qwen2.5-0.5b-bf16-lab-rank4", 0.367e6),
+    ("qwen2.5-0.5b-4bit-faq-8-layers", 1.466e6),
+    ("qwen2.5-14b-4bit-qv-4-layers-b1", 0.524e6),  # q,v only (mlx-lm before 0.28.2)
+    ("phi3-mini-bf16-m4pro-4-layers-rank4", 0.786e6),
+    ("phi3.5-mini-bf16-qkv-16-layers-music", 1.573e6),  # qkv_proj only
+    ("phi3-mini-bf16-qkv-all-32-layers-music", 3.146e6),  # --num-layers 16 not honoured: all 32 blocks
+    ("llama3.2-3b-4bit-m2-b4-16-layers", 6.947e6),
+    ("bonsai-1.7b-2bit-emotion-b2-4-layers", 1.245e6),
+])
+def test_the_reading_reproduces_the_logged_trainable_parameters(key, logged):
+    run = next(r for r in mb.RUNS if r.key == key)
+    assert abs(_adapted(run) - logged) <= 0.0005e6 + 1e-9 * logged
