@@ -141,7 +141,7 @@ def test_probe_refuses_an_unknown_chip():
 def test_bench_refuses_a_sweep_past_timeout_before_measuring():
     root = Path(__file__).resolve().parent.parent
     result = CliRunner().invoke(cli, ["bench", "-m", str(root / "examples" / "tiny-llama"), "--num-layers", "4",
-                                      "--batch-size", "1,64", "--max-seq-length", "2048", "--timeout", "1"])
+                                      "--batch-size", "8,64", "--max-seq-length", "2048", "--timeout", "1"])
     assert result.exit_code == 1, result.output
     assert "refusing the sweep" in result.output and "past --timeout 1 s" in result.output
     assert "--slice" not in result.output and "Traceback" not in result.output
