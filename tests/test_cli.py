@@ -209,7 +209,8 @@ def test_fits_table_json(platform):
     platform(LINUX_CPU)
     rows = run_json("fits", "--memory", "36GB")["rows"]
     by_size = {r["params"]: {e["method"]: e["verdict"] for e in r["estimates"]} for r in rows}
-    assert by_size[7 * 10**9] == {"lora": "tight", "qlora": "tight", "full": "does not fit"}
+    # The rule's figures, judged with the rule's range over the public Mac runs (mlxfit/data/ranges.json).
+    assert by_size[7 * 10**9] == {"lora": "tight", "qlora": "fits", "full": "does not fit"}
     assert by_size[1_500_000_000]["full"] == "tight"
     # The table is each row's "answer" (the catalog model, detailed); the JSON says which is which.
     data = run_json("fits", "--memory", "36GB")
