@@ -60,6 +60,46 @@ def isolated_user_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("MLXFIT_MINIATURES", "0")
 
 
+_MEASURED_ONCE = {}
+
+
+@pytest.fixture(autouse=True)
+def machine_rates_measured_once(monkeypatch):
+    """This machine's rates (measure/rate.py, and GRPO's decoding loop, measure/decode_rate.py)
+    measured once a session. Each test has a cache of its own (isolated_user_dirs), so each
+    probe of a test measured them again, 1-2 s a dtype: the product measures them once per
+    machine and reads its cache after, as every test but a test's first probe did. The
+    cache itself is still read and written as before; only the timing runs are shared.
+    A test that replaces one of the timings (or the measurement) gets its own."""
+    from mlxfit.measure import decode_rate, rate
+
+    parts = [getattr(rate, name) for name in RATE_PARTS]
+    real_rates, real_decode = rate.measure_rates, decode_rate.measured_decode_op
+    step_seconds = decode_rate.decode_step_seconds
+
+    def measure_rates(dtype="bfloat16", bits=None, group_size=64):
+        if [getattr(rate, name) for name in RATE_PARTS] != parts:
+            return real_rates(dtype, bits, group_size)
+        key = ("rates", dtype, bits, group_size)
+        if key not in _MEASURED_ONCE:
+            _MEASURED_ONCE[key] = real_rates(dtype, bits, group_size)
+        return _MEASURED_ONCE[key]
+
+    def measured_decode_op(dtype, rates):
+        if decode_rate.decode_step_seconds is not step_seconds:
+            return real_decode(dtype, rates)
+        key = ("decoding loop", dtype, rates)
+        if key not in _MEASURED_ONCE:
+            _MEASURED_ONCE[key] = real_decode(dtype, rates)
+        return _MEASURED_ONCE[key]
+
+    monkeypatch.setattr(rate, "measure_rates", measure_rates)
+    monkeypatch.setattr(decode_rate, "measured_decode_op", measured_decode_op)
+
+
+RATE_PARTS = ("matmul_rate", "elementwise_rate", "transcendental_rate", "operation_seconds", "softmax_rate")
+
+
 @pytest.fixture
 def platform(monkeypatch):
     """Replace the real platform reads with a recorded machine."""
