@@ -100,6 +100,47 @@ def machine_rates_measured_once(monkeypatch):
 RATE_PARTS = ("matmul_rate", "elementwise_rate", "transcendental_rate", "operation_seconds", "softmax_rate")
 
 
+_SHARED_MEASUREMENTS = {}
+
+
+def measured_once(monkeypatch, module, name, key):
+    """`module.name`, a real measurement that takes `on_event=`, made once a session for each
+    `key(*args, **kwargs)`: a test that repeats a measurement another test (or another
+    command of its own) made with the same inputs gets that one's result, a copy, and
+    its events replayed in order, instead of a child process doing the same steps again.
+    What calls the measurement (the command, its verdict, its output) runs every time;
+    a measurement that fails is not kept."""
+    import copy
+
+    real = getattr(module, name)
+
+    def once(*args, on_event=lambda e: None, **kwargs):
+        k = (module.__name__, name, key(*args, **kwargs))
+        if k not in _SHARED_MEASUREMENTS:
+            events = []
+
+            def record(event):
+                events.append(copy.deepcopy(event))
+                on_event(event)
+
+            result = real(*args, on_event=record, **kwargs)
+            _SHARED_MEASUREMENTS[k] = (copy.deepcopy(result), events)
+            return result
+        result, events = _SHARED_MEASUREMENTS[k]
+        for event in events:
+            on_event(copy.deepcopy(event))
+        return copy.deepcopy(result)
+
+    monkeypatch.setattr(module, name, once)
+
+
+def folder_key(folder) -> tuple:
+    """What a model folder holds, by name and size (not where it is: each test has its own)."""
+    if not folder:
+        return ()
+    return tuple(sorted((p.name, p.stat().st_size) for p in Path(folder).iterdir()))
+
+
 @pytest.fixture
 def platform(monkeypatch):
     """Replace the real platform reads with a recorded machine."""
