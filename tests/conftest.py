@@ -97,6 +97,21 @@ def machine_rates_measured_once(monkeypatch):
     monkeypatch.setattr(decode_rate, "measured_decode_op", measured_decode_op)
 
 
+@pytest.fixture
+def rates_in_cache():
+    """`rates_in_cache(dtype, ...)`: this machine's rates for each dtype written in the test's
+    cache, as a first probe writes them, from the session's one timing. For a test that runs
+    mlxfit in a process of its own, about something else than the rates (a signal, a
+    progress line): that process reads them there instead of timing them again."""
+    from mlxfit.measure import rate
+
+    def write(*dtypes):
+        for dtype in dtypes:
+            rate.machine_rates(dtype)
+
+    return write
+
+
 RATE_PARTS = ("matmul_rate", "elementwise_rate", "transcendental_rate", "operation_seconds", "softmax_rate")
 
 

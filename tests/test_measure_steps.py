@@ -252,12 +252,13 @@ def wait_for_children(parent, timeout: float = 120) -> list:
     return children
 
 
-def test_ctrl_c_stops_the_child_cleanly(tmp_path):
+def test_ctrl_c_stops_the_child_cleanly(tmp_path, rates_in_cache):
     import signal
     import time
 
     import psutil
 
+    rates_in_cache("float32")
     folder = Path(small_request(tmp_path, length=1024, batch_size=8)["folder"])
     # SIGINT as a terminal delivers it: a suite started in the background by a
     # non-interactive shell inherits SIGINT ignored, and Python then never raises
@@ -292,12 +293,13 @@ MEASURING_COMMANDS = {
     ("bench", "SIGTERM", False),  # bench exited 130 for every signal
 ], ids=["sigterm", "sighup", "sigint-inherited-ignored", "dpo-sigterm", "bench-sigterm"])
 def test_every_signal_that_ends_a_measuring_command_stops_its_child_and_removes_its_folder(
-        tmp_path, command, signame, sigint_ignored):
+        tmp_path, command, signame, sigint_ignored, rates_in_cache):
     import signal
     import time
 
     import psutil
 
+    rates_in_cache("float32")
     sig = getattr(signal, signame)
     folder = Path(small_request(tmp_path, length=1024, batch_size=8)["folder"])
     scratch = tmp_path / "tmp"
@@ -327,13 +329,14 @@ def test_every_signal_that_ends_a_measuring_command_stops_its_child_and_removes_
 
 
 @pytest.mark.parametrize("command", ["probe", "probe-dpo", "bench"])
-def test_a_child_whose_parent_is_killed_ends_and_removes_its_folder(tmp_path, command):
+def test_a_child_whose_parent_is_killed_ends_and_removes_its_folder(tmp_path, command, rates_in_cache):
     """SIGKILL reaches no handler of the parent: the child sees its stdin end instead."""
     import signal
     import time
 
     import psutil
 
+    rates_in_cache("float32")
     folder = Path(small_request(tmp_path, length=1024, batch_size=8)["folder"])
     scratch = tmp_path / "tmp"
     scratch.mkdir()
