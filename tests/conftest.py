@@ -60,6 +60,102 @@ def isolated_user_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("MLXFIT_MINIATURES", "0")
 
 
+_MEASURED_ONCE = {}
+
+
+@pytest.fixture(autouse=True)
+def machine_rates_measured_once(monkeypatch):
+    """This machine's rates (measure/rate.py, and GRPO's decoding loop, measure/decode_rate.py)
+    measured once a session. Each test has a cache of its own (isolated_user_dirs), so each
+    probe of a test measured them again, 1-2 s a dtype: the product measures them once per
+    machine and reads its cache after, as every test but a test's first probe did. The
+    cache itself is still read and written as before; only the timing runs are shared.
+    A test that replaces one of the timings (or the measurement) gets its own."""
+    from mlxfit.measure import decode_rate, rate
+
+    parts = [getattr(rate, name) for name in RATE_PARTS]
+    real_rates, real_decode = rate.measure_rates, decode_rate.measured_decode_op
+    step_seconds = decode_rate.decode_step_seconds
+
+    def measure_rates(dtype="bfloat16", bits=None, group_size=64):
+        if [getattr(rate, name) for name in RATE_PARTS] != parts:
+            return real_rates(dtype, bits, group_size)
+        key = ("rates", dtype, bits, group_size)
+        if key not in _MEASURED_ONCE:
+            _MEASURED_ONCE[key] = real_rates(dtype, bits, group_size)
+        return _MEASURED_ONCE[key]
+
+    def measured_decode_op(dtype, rates):
+        if decode_rate.decode_step_seconds is not step_seconds:
+            return real_decode(dtype, rates)
+        key = ("decoding loop", dtype, rates)
+        if key not in _MEASURED_ONCE:
+            _MEASURED_ONCE[key] = real_decode(dtype, rates)
+        return _MEASURED_ONCE[key]
+
+    monkeypatch.setattr(rate, "measure_rates", measure_rates)
+    monkeypatch.setattr(decode_rate, "measured_decode_op", measured_decode_op)
+
+
+@pytest.fixture
+def rates_in_cache():
+    """`rates_in_cache(dtype, ...)`: this machine's rates for each dtype written in the test's
+    cache, as a first probe writes them, from the session's one timing. For a test that runs
+    mlxfit in a process of its own, about something else than the rates (a signal, a
+    progress line): that process reads them there instead of timing them again."""
+    from mlxfit.measure import rate
+
+    def write(*dtypes):
+        for dtype in dtypes:
+            rate.machine_rates(dtype)
+
+    return write
+
+
+RATE_PARTS = ("matmul_rate", "elementwise_rate", "transcendental_rate", "operation_seconds", "softmax_rate")
+
+
+_SHARED_MEASUREMENTS = {}
+
+
+def measured_once(monkeypatch, module, name, key):
+    """`module.name`, a real measurement that takes `on_event=`, made once a session for each
+    `key(*args, **kwargs)`: a test that repeats a measurement another test (or another
+    command of its own) made with the same inputs gets that one's result, a copy, and
+    its events replayed in order, instead of a child process doing the same steps again.
+    What calls the measurement (the command, its verdict, its output) runs every time;
+    a measurement that fails is not kept."""
+    import copy
+
+    real = getattr(module, name)
+
+    def once(*args, on_event=lambda e: None, **kwargs):
+        k = (module.__name__, name, key(*args, **kwargs))
+        if k not in _SHARED_MEASUREMENTS:
+            events = []
+
+            def record(event):
+                events.append(copy.deepcopy(event))
+                on_event(event)
+
+            result = real(*args, on_event=record, **kwargs)
+            _SHARED_MEASUREMENTS[k] = (copy.deepcopy(result), events)
+            return result
+        result, events = _SHARED_MEASUREMENTS[k]
+        for event in events:
+            on_event(copy.deepcopy(event))
+        return copy.deepcopy(result)
+
+    monkeypatch.setattr(module, name, once)
+
+
+def folder_key(folder) -> tuple:
+    """What a model folder holds, by name and size (not where it is: each test has its own)."""
+    if not folder:
+        return ()
+    return tuple(sorted((p.name, p.stat().st_size) for p in Path(folder).iterdir()))
+
+
 @pytest.fixture
 def platform(monkeypatch):
     """Replace the real platform reads with a recorded machine."""

@@ -607,13 +607,14 @@ def test_force_without_measuring_is_refused():
     assert "--force measures combinations" in out
 
 
-def test_without_a_terminal_each_finished_row_is_one_line_written_at_once(platform):
+def test_without_a_terminal_each_finished_row_is_one_line_written_at_once(platform, rates_in_cache):
     """Piped (a log, CI), bench writes each finished row as one line the moment it finishes: the
     first row's line arrives while the second run is still measuring, not at exit."""
     import os
     from pathlib import Path
 
     platform(LINUX_CPU)
+    rates_in_cache("float32")  # tiny-llama's dtype: the command reads them instead of timing them
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.Popen([sys.executable, "-m", "mlxfit", "bench", "-m", str(root / "examples" / "tiny-llama"),
                              "--num-layers", "-1", "--batch-size", "1,2", "--max-seq-length", "32", "--steps", "3"],

@@ -29,7 +29,9 @@ def launch_two_ranks(tmp_path):
     return json.loads(result.stdout)
 
 
-def test_two_ranks_report_their_peaks_and_agree_with_half_the_batch(tmp_path):
+def test_two_ranks_report_their_peaks_and_agree_with_half_the_batch(tmp_path, monkeypatch, rates_in_cache):
+    monkeypatch.setenv("MLXFIT_CACHE_DIR", str(tmp_path / "cache"))  # the ranks' cache (launch_two_ranks)
+    rates_in_cache("float32")  # read there by each rank, not timed again by both at once
     data = launch_two_ranks(tmp_path)
     ranks = data["measured"]["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1]

@@ -81,12 +81,27 @@ def test_slice_agrees_with_a_full_measurement(flags, batch, length):
     assert [s["blocks"] for s in sliced.slice["blocks"]] == [1, 3, 2] and len(sliced.slice["peaks_bytes"]) == 3
 
 
+@pytest.fixture
+def slices_measured_once(monkeypatch):
+    """The probes below measure the same LLAMA16 run by slice (three commands, 10-20 s each
+    on a loaded machine): the slices are measured once, each command still plans, decides
+    whole or slice, judges and writes its answer (conftest.measured_once)."""
+    from mlxfit.measure import slicing
+    from conftest import folder_key, measured_once
+
+    def key(model, training, length, max_steps, **kwargs):
+        return (json.dumps([model.config, training.to_dict(), length, max_steps, kwargs], sort_keys=True),
+                folder_key(model.path))
+
+    measured_once(monkeypatch, slicing, "measure_by_slices", key)
+
+
 # A machine whose budget (0.2 GB) the LLAMA16 run below (about 0.24 GB) does not fit.
 SMALL_HERE = PlatformReadings(system_total=300 * 10**6, system_used=50 * 10**6, system_available=250 * 10**6,
                               backend="cpu", device_info={"architecture": "x86_64", "device_name": "tiny"})
 
 
-def test_probe_measures_by_slice_a_run_that_would_not_fit(model_folder, platform, tmp_path):
+def test_probe_measures_by_slice_a_run_that_would_not_fit(model_folder, platform, tmp_path, slices_measured_once):
     platform(SMALL_HERE)
     folder = model_folder(LLAMA16)
     args = ["probe", "--model", str(folder), "--batch-size", "2", "--max-seq-length", "256", "--num-layers", "8",
@@ -120,7 +135,7 @@ def test_a_sliced_measurement_says_its_figures_are_extrapolated():
     assert "does not fit — 33.43 GB peak with load" in text
 
 
-def test_probe_slices_a_run_that_would_not_fit_here_whatever_memory_plans_for(model_folder, platform):
+def test_probe_slices_a_run_that_would_not_fit_here_whatever_memory_plans_for(model_folder, platform, slices_measured_once):
     """--memory plans for another machine; the measurement runs on this one, so
     whole or slice is decided by this machine's budget (as bench decides it)."""
     platform(SMALL_HERE)

@@ -162,7 +162,22 @@ def test_bare_size_cannot_be_measured():
         request_for(from_size("7B"), TrainingConfig())
 
 
-def test_cli_measure_json(tmp_path, platform):
+@pytest.fixture
+def small_measured_once(monkeypatch):
+    """The probe commands below measure the same small run (lora, batch 2, length 64):
+    measured once, each command still estimates, judges, stores and writes its answer
+    (conftest.measured_once). test_measurement_fields_and_stable_peak measures it itself."""
+    from mlxfit.measure import parent
+    from conftest import folder_key, measured_once
+
+    def key(request, **kwargs):
+        return (json.dumps([{k: v for k, v in request.items() if k != "folder"}, kwargs], sort_keys=True),
+                folder_key(request["folder"]))
+
+    measured_once(monkeypatch, parent, "measure", key)
+
+
+def test_cli_measure_json(tmp_path, platform, small_measured_once):
     platform(LINUX_CPU)
     folder = Path(small_request(tmp_path)["folder"])
     result = CliRunner().invoke(
@@ -187,7 +202,7 @@ def test_cli_refuses_a_run_predicted_not_to_fit(tmp_path, platform):
     assert "refusing to measure" in result.output and "--force" in result.output
 
 
-def test_a_smaller_planned_budget_is_measured_whole_here_and_judged_against_the_plan(tmp_path, platform):
+def test_a_smaller_planned_budget_is_measured_whole_here_and_judged_against_the_plan(tmp_path, platform, small_measured_once):
     """The run fits this machine: measured whole (safely), judged against --memory's budget."""
     platform(LINUX_CPU)
     folder = Path(small_request(tmp_path)["folder"])
@@ -199,7 +214,7 @@ def test_a_smaller_planned_budget_is_measured_whole_here_and_judged_against_the_
     assert data["measured_verdict"]["fits"] is False
 
 
-def test_the_measured_verdict_is_on_the_estimates_basis(tmp_path, platform):
+def test_the_measured_verdict_is_on_the_estimates_basis(tmp_path, platform, small_measured_once):
     """A run the estimate says fits, measured to fit by MLX's peak, is not called
     "does not fit" for the interpreter's own resident memory (which the estimate
     leaves out): both verdicts count MLX's memory, and the output says so."""
@@ -237,12 +252,13 @@ def wait_for_children(parent, timeout: float = 120) -> list:
     return children
 
 
-def test_ctrl_c_stops_the_child_cleanly(tmp_path):
+def test_ctrl_c_stops_the_child_cleanly(tmp_path, rates_in_cache):
     import signal
     import time
 
     import psutil
 
+    rates_in_cache("float32")
     folder = Path(small_request(tmp_path, length=1024, batch_size=8)["folder"])
     # SIGINT as a terminal delivers it: a suite started in the background by a
     # non-interactive shell inherits SIGINT ignored, and Python then never raises
@@ -277,12 +293,13 @@ MEASURING_COMMANDS = {
     ("bench", "SIGTERM", False),  # bench exited 130 for every signal
 ], ids=["sigterm", "sighup", "sigint-inherited-ignored", "dpo-sigterm", "bench-sigterm"])
 def test_every_signal_that_ends_a_measuring_command_stops_its_child_and_removes_its_folder(
-        tmp_path, command, signame, sigint_ignored):
+        tmp_path, command, signame, sigint_ignored, rates_in_cache):
     import signal
     import time
 
     import psutil
 
+    rates_in_cache("float32")
     sig = getattr(signal, signame)
     folder = Path(small_request(tmp_path, length=1024, batch_size=8)["folder"])
     scratch = tmp_path / "tmp"
@@ -312,13 +329,14 @@ def test_every_signal_that_ends_a_measuring_command_stops_its_child_and_removes_
 
 
 @pytest.mark.parametrize("command", ["probe", "probe-dpo", "bench"])
-def test_a_child_whose_parent_is_killed_ends_and_removes_its_folder(tmp_path, command):
+def test_a_child_whose_parent_is_killed_ends_and_removes_its_folder(tmp_path, command, rates_in_cache):
     """SIGKILL reaches no handler of the parent: the child sees its stdin end instead."""
     import signal
     import time
 
     import psutil
 
+    rates_in_cache("float32")
     folder = Path(small_request(tmp_path, length=1024, batch_size=8)["folder"])
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -482,7 +500,7 @@ def test_a_child_stopped_from_outside_is_not_called_out_of_memory():
     assert _failure_message(-sig.SIGKILL, None, last, 270 * 10**6, []).startswith("ran out of memory at step 1")
 
 
-def test_a_cache_that_cannot_be_written_loses_no_measurement(tmp_path, monkeypatch, platform):
+def test_a_cache_that_cannot_be_written_loses_no_measurement(tmp_path, monkeypatch, platform, small_measured_once):
     platform(LINUX_CPU)
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
@@ -498,7 +516,7 @@ def test_a_cache_that_cannot_be_written_loses_no_measurement(tmp_path, monkeypat
     assert "Measured verdict:" in text and "the measurement was not stored for calibration" in text
 
 
-def test_a_full_cache_disk_leaves_no_temporary_file(tmp_path, monkeypatch, platform, full_disk):
+def test_a_full_cache_disk_leaves_no_temporary_file(tmp_path, monkeypatch, platform, full_disk, small_measured_once):
     platform(LINUX_CPU)
     cache = tmp_path / "full-cache"
     monkeypatch.setenv("MLXFIT_CACHE_DIR", str(cache))
