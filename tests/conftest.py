@@ -112,7 +112,7 @@ def rates_in_cache():
     return write
 
 
-RATE_PARTS = ("matmul_rate", "elementwise_rate", "transcendental_rate", "operation_seconds", "softmax_rate")
+RATE_PARTS = ("matmul_rate", "elementwise_rate", "transcendental_rate", "operation_seconds", "softmax_rate", "root_rate")
 
 
 _SHARED_MEASUREMENTS = {}
