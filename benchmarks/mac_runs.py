@@ -12,11 +12,14 @@ module reads each row the way its mlx-lm of the time ran it:
   after, capped at max_seq_length; the model sees one token less.
 - The cross-entropy is fused on the GPU from mlx 0.32.3; every public run is older
   (mlxfit/runtime.py).
+- The step is compiled only from 2024-03-12 to 2024-03-24 and from 2025-03-25 on
+  (COMPILED_STEP); "Peak mem" is in GiB before 2024-11-07 (GIB_PEAKS_UNTIL).
 - The logged peak is never reset, so it belongs to the widest batch seen up to the
   report: where a row gives only a typical length, the run carries bounds on its
   longest example (`longest`), and the estimate is checked over those bounds.
 
-`RUNS` is the reading, row by row, with why; `SKIPPED` names the rows that cannot be
+`RUNS` is the reading, row by row, with why (the once-blind rows of mac_runs_unseen.csv
+among them, but for `AT_ALLOCATOR_LIMIT`); `SKIPPED` names the rows that cannot be
 reproduced and why. The numbers here are only inputs: benchmarks/mac_evidence.py fits
 and cross-validates the Metal coefficients and writes benchmarks/results/mac_evidence.md.
 """
@@ -46,6 +49,8 @@ COMPILED_STEP = (("2024-03-12", "2024-03-24"), ("2025-03-25", "9999"))
 
 def compiled_step(date: str) -> bool:
     return any(start <= date < end for start, end in COMPILED_STEP)
+
+
 TRUST_WEIGHT = {"high": 1.0, "medium": 0.5, "low": 0.25}
 
 
