@@ -1,6 +1,6 @@
 """The public Mac runs kept for a blind score: each row of mac_runs_blind.csv, read as its log states.
 
-benchmarks/evidence/mac_runs_blind.csv holds 15 public mlx-lm fine-tuning logs from Apple silicon
+benchmarks/evidence/mac_runs_blind.csv holds 21 public mlx-lm fine-tuning logs from Apple silicon
 found after the model form of the 2026-12-06 change was set. This module only reads them: one
 `Run` per row that benchmarks/mac_runs.py's path can reproduce (its mlx-lm's keys, padding and
 layer rule, as for the other evidence files), the rows with a chip and a logged pace as
@@ -50,6 +50,10 @@ JALEES_HOW = ("; sft.py passes grad_checkpoint, mask_prompt, adamw and max_seq_l
               "point; every one of the 300 rows (the widest 3490 tokens, counted with the template mlx-lm uses) is "
               "trained before the peak; mlx-lm 0.31.3 or 0.32.0, MLX read as 0.32 before 0.32.3 (not printed: 0.32.3's "
               "fused cross-entropy would change the reading)")
+LONGHUN = "code-index 58150105244"
+LONGHUN_HOW = ("; M4 Max and MLX 0.32.0 printed by the project's trainer script (its source not found): checkpointing "
+               "and max_seq_length not printed, read as off and 2048; Chinese text rows, ~53-59 tokens a row logged, "
+               "the longest not stated; the peak at iteration 40 covers the validation pass at 1")
 MUSIC_HOW = ("627 one-line text rows (the same train.jsonl in both of the author's repositories: ASCII, 46-114 bytes, "
              "each with four special tokens written in 35 bytes): the longest row is at least the mean (~14-17 tokens "
              "logged) and at most 114 - 35 + 4 + 2 (BOS, EOS) = 85 tokens")
@@ -142,6 +146,29 @@ RUNS: tuple[ev.Run, ...] = (
          "mlx-community's 4-bit conversion (4 bits, group 64) of Llama 3.1 8B Instruct; rank 16, scale 2, 16 blocks, "
          "batch 4 stated; every linear from 21M (20.972M = 16 x 1,310,720 verified); rows ~170-200 tokens (the "
          "evaluation's 128 in, 41-55 out), the longest up to 2048", config=CONVERT_Q4),
+    _run("qwen2.5-1.5b-bf16-m4max-rank16-8-layers-b2", 15, LONGHUN, "Qwen/Qwen2.5-1.5B-Instruct",
+         dict(batch_size=2, num_layers=8, rank=16), (60, 2048), 5.113, 0.0005, "2026-07-15", "0.32.0", "medium",
+         "Qwen2.5-1.5B-Instruct from the hub, batch 2, 8 blocks, rank 16 stated; every linear (5.276M = 8 x 659,456 "
+         "verified)" + LONGHUN_HOW),
+    _run("qwen2.5-1.5b-bf16-m4max-rank8-8-layers-b2", 16, LONGHUN, "Qwen/Qwen2.5-1.5B-Instruct",
+         dict(batch_size=2, num_layers=8, rank=8), (54, 2048), 4.266, 0.0005, "2026-07-15", "0.32.0", "low",
+         "a local base_model folder with Qwen2.5-1.5B's 1543.714M parameters, read as Qwen2.5-1.5B-Instruct in "
+         "bfloat16; rank 8 stated, batch 2 from 162 iterations an epoch for 324 samples, 8 blocks and every linear "
+         "from 2.638M = 8 x 329,728 (verified)" + LONGHUN_HOW),
+    _run("qwen3-1.7b-bf16-maformac-tiny-ablation-4992-ckpt", 17, "rayw-lab/MAformac", "mlx-community/Qwen3-1.7B-bf16",
+         dict(batch_size=1, num_layers=-1, rank=16, scale=20.0, grad_accumulation_steps=16, grad_checkpoint=True,
+              max_seq_length=5120), 4992, 11.668, 0.0005, "2026-07-02", "0.31.1", "medium",
+         "the project's own loop around mlx-lm (token loss mask from the logits, clipping at 1.0); batch 1, "
+         "accumulation 16, rank 16, scale 20, checkpointed, cap 5120 stated; all 28 blocks and every linear "
+         "(17.433M = 28 x 622,592 verified); the longest of the 44 rows is 4992 tokens (measured with the training "
+         "tokenizer) and 600 single-row steps train every row before the report"),
+    _run("qwen2.5-3b-4bit-wechat-qv-16-layers-b4", 18, "code-index 37465989869", "Qwen/Qwen2.5-3B-Instruct",
+         dict(batch_size=4, num_layers=16, quantize=True, lora_keys=QV), (18, 2048), 2.227, 0.0005, "2025-04-22",
+         "0.24", "low",
+         "converted with mlx_lm.convert -q (4 bits, group 64); Qwen2.5-3B from the log's 3085.939M total (the convert "
+         "command shown names the 7B); mlx-lm's defaults: batch 4, 16 blocks, keys q,v at rank 8 (0.819M = 16 x "
+         "51,200 verified); ~18 tokens a row, the longest up to 2048; the peak at iteration 10 covers the validation "
+         "pass at 1", config=CONVERT_Q4),
 )
 
 # Found but not scored: what each is and why the existing path cannot reproduce it as its log states.
@@ -151,6 +178,14 @@ NOT_SCORED = (
      "the conversion's storage is not known: the tutorial gives 26.9 GB on disk and 25.8 GB resident for 30.7B "
      "parameters, about 7 bits a weight, not the 4.5 of a 4-bit group-64 base, and the bits of each layer are not "
      "stated; the model is not in mlxfit's catalog (only google/gemma-4-31B-it, unquantized)"),
+    ("ministral-3b-instruct-b16-all-layers (row 19): a local 'Ministral-3b-instruct' (3315.716M parameters) at "
+     "batch 16 with --num-layers -1, a student project's pasted console output (peak to 0.001 GB)",
+     "the model is not in mlxfit's catalog and its architecture is not named beyond the folder: 1.491M trainable "
+     "weights over all blocks fit no key set that can be checked without its config"),
+    ("metaflow-f1-unnamed-1.6b-b4 (row 20): a Metaflow pipeline's LoRA step at batch 4 on 481 rows (peak to 0.001 "
+     "GB)",
+     "the model is not named: 1631.750M total and 4.063M trainable weights match no catalog model, and the "
+     "pipeline's source was not found"),
 )
 
 # The runs with a chip and a logged pace, as benchmarks/evidence/mac_throughput.csv rows
@@ -172,12 +207,23 @@ TIME_ROWS = (
      "model": "microsoft/Phi-3-mini-4k-instruct", "method": "lora", "batch_size": "4", "width": "16",
      "tokens_per_step": "60", "num_layers": "32", "lora_keys": "self_attn.qkv_proj", "grad_checkpoint": "no",
      "rank": "8", "tokens_per_sec": "64.164", "trust": "low"},
+    {"key": "qwen2.5-1.5b-bf16-m4max-rank16-8-layers-b2", "chip": "M4 Max", "gpu_cores": "",
+     "model": "Qwen/Qwen2.5-1.5B-Instruct", "method": "lora", "batch_size": "2", "width": "65",
+     "tokens_per_step": "119", "num_layers": "8", "lora_keys": "", "grad_checkpoint": "no", "rank": "16",
+     "tokens_per_sec": "676.277", "trust": "medium"},
+    {"key": "qwen2.5-1.5b-bf16-m4max-rank8-8-layers-b2", "chip": "M4 Max", "gpu_cores": "",
+     "model": "Qwen/Qwen2.5-1.5B-Instruct", "method": "lora", "batch_size": "2", "width": "65",
+     "tokens_per_step": "107", "num_layers": "8", "lora_keys": "", "grad_checkpoint": "no", "rank": "8",
+     "tokens_per_sec": "429.787", "trust": "low"},
 )
 
 # Rows with a logged pace left out of TIME_ROWS, and why.
 NOT_TIMED = (
     ("gemma-4-e4b-4bit-jalees-150-conversations", "an M5 Pro: mlxfit/data/apple_chips.json has no M5 chip"),
     ("qwen2.5-0.5b-bf16-lab-rank8, qwen2.5-0.5b-bf16-lab-rank4, qwen2.5-14b-4bit-qv-4-layers-b1, "
-     "llama3.2-1b-4bit-mlx-tune-demo-rank16, phi3.5-mini-bf16-qkv-16-layers-music, gemma-3-12b-qat-4bit-novel-b8-ckpt",
+     "llama3.2-1b-4bit-mlx-tune-demo-rank16, phi3.5-mini-bf16-qkv-16-layers-music, gemma-3-12b-qat-4bit-novel-b8-ckpt, "
+     "qwen2.5-3b-4bit-wechat-qv-16-layers-b4",
      "the chip is not named"),
+    ("qwen3-1.7b-bf16-maformac-tiny-ablation-4992-ckpt",
+     "its Trained Tokens count only the 209 loss-masked tokens, so its pace is not one of processed tokens"),
 )

@@ -74,6 +74,10 @@ def _adapted(run) -> int:
     ("phi3-mini-bf16-qkv-all-32-layers-music", 3.146e6),  # --num-layers 16 not honoured: all 32 blocks
     ("llama3.2-3b-4bit-m2-b4-16-layers", 6.947e6),
     ("bonsai-1.7b-2bit-emotion-b2-4-layers", 1.245e6),
+    ("qwen2.5-1.5b-bf16-m4max-rank16-8-layers-b2", 5.276e6),
+    ("qwen2.5-1.5b-bf16-m4max-rank8-8-layers-b2", 2.638e6),
+    ("qwen3-1.7b-bf16-maformac-tiny-ablation-4992-ckpt", 17.433e6),  # all 28 blocks at rank 16
+    ("qwen2.5-3b-4bit-wechat-qv-16-layers-b4", 0.819e6),  # Qwen2.5-3B's count, not the 7B the post names
 ])
 def test_the_reading_reproduces_the_logged_trainable_parameters(key, logged):
     run = next(r for r in mb.RUNS if r.key == key)
