@@ -1,6 +1,6 @@
 """The public Mac runs kept for a blind score: each row of mac_runs_blind.csv, read as its log states.
 
-benchmarks/evidence/mac_runs_blind.csv holds 21 public mlx-lm fine-tuning logs from Apple silicon
+benchmarks/evidence/mac_runs_blind.csv holds 27 public mlx-lm fine-tuning logs from Apple silicon
 found after the model form of the 2026-12-06 change was set. This module only reads them: one
 `Run` per row that benchmarks/mac_runs.py's path can reproduce (its mlx-lm's keys, padding and
 layer rule, as for the other evidence files), the rows with a chip and a logged pace as
@@ -54,6 +54,12 @@ LONGHUN = "code-index 58150105244"
 LONGHUN_HOW = ("; M4 Max and MLX 0.32.0 printed by the project's trainer script (its source not found): checkpointing "
                "and max_seq_length not printed, read as off and 2048; Chinese text rows, ~53-59 tokens a row logged, "
                "the longest not stated; the peak at iteration 40 covers the validation pass at 1")
+RAIF = "github.com/skrrt-sh/raif-lora"
+RAIF_HOW = ("Llama-3.2-3B-Instruct in bfloat16 (mlx-community's conversion), mlx-lm 0.31.3 on MLX 0.31.2 stated; every "
+            "setting from the run's YAML: batch 4, 16 blocks, scale 2, dropout 0.05, adamw, max_seq_length 1024, "
+            "mask_prompt, not checkpointed, every linear; synthetic tool-call rows whose lengths are not stated: with "
+            "mask_prompt the pace counts only completion tokens, so the longest row is at least their mean and at most "
+            "the 1024 cap")
 MUSIC_HOW = ("627 one-line text rows (the same train.jsonl in both of the author's repositories: ASCII, 46-114 bytes, "
              "each with four special tokens written in 35 bytes): the longest row is at least the mean (~14-17 tokens "
              "logged) and at most 114 - 35 + 4 + 2 (BOS, EOS) = 85 tokens")
@@ -169,6 +175,25 @@ RUNS: tuple[ev.Run, ...] = (
          "command shown names the 7B); mlx-lm's defaults: batch 4, 16 blocks, keys q,v at rank 8 (0.819M = 16 x "
          "51,200 verified); ~18 tokens a row, the longest up to 2048; the peak at iteration 10 covers the validation "
          "pass at 1", config=CONVERT_Q4),
+    _run("llama3.2-3b-bf16-raif-smoke-rank16-b4", 21, RAIF, "mlx-community/Llama-3.2-3B-Instruct-bf16",
+         dict(batch_size=4, num_layers=16, rank=16, scale=2.0, dropout=0.05, optimizer="adamw", max_seq_length=1024),
+         (47, 1024), 14.77, 0.005, "2026-05-17", "0.31.2", "medium",
+         RAIF_HOW + "; rank 16 (13.894M = 16 x 868,352 verified); ~46-62 completion tokens a row ('≈ 370 tokens/sec' "
+         "at '1.5-2.0 it/sec', batch 4), the run's one peak read as reached by its iteration 300"),
+    _run("llama3.2-3b-bf16-raif-warm-rank32-b4", 22, RAIF, "mlx-community/Llama-3.2-3B-Instruct-bf16",
+         dict(batch_size=4, num_layers=16, rank=32, scale=2.0, dropout=0.05, optimizer="adamw", max_seq_length=1024),
+         (50, 1024), 15.04, 0.005, "2026-05-17", "0.31.2", "medium",
+         RAIF_HOW + "; rank 32 (27.787M = 16 x 1,736,704 verified); ~57 completion tokens a row ('~340 tokens/sec' at "
+         "'~1.5 it/sec', read as at least 50 for the roundings), 1500 iterations over 1,710 rows"),
+    _run("gemma-3-4b-text-8bit-m1-12-layers-b1", 23, "code-index 9007436905", "google/gemma-3-4b-it",
+         dict(batch_size=1, num_layers=12, quantize=True, bits=8, group_size=64, grad_checkpoint=True,
+              grad_accumulation_steps=8, max_seq_length=1024), (197, 1024), 6.925, 0.0005, "2025-10-15", "0.29", "low",
+         "alexgusevski/gemma-3-text-4b-it-q8-mlx: gemma-3-4b-it's text model in 8 bits, group 64 (its config, printed "
+         "at the fuse step) with an untied lm_head (4551.516M printed = 3880M + a second 671M head); 12 blocks at "
+         "rank 8, every linear (5.259M = 12 x 438,272 verified: mlx-lm 0.28.2 or later, so 2025-10 with the docs' "
+         "Granite 4.0); batch 1 from one epoch of 1367 rows in 1367 iterations; checkpointing, accumulation 8 and "
+         "max_seq_length 1024 from the project's own training config (its Gemma YAML was not found); ~197 tokens a "
+         "row, the longest up to 1024", config={"tie_word_embeddings": False, "quantization": {"bits": 8, "group_size": 64}}),
 )
 
 # Found but not scored: what each is and why the existing path cannot reproduce it as its log states.
@@ -186,6 +211,17 @@ NOT_SCORED = (
      "GB)",
      "the model is not named: 1631.750M total and 4.063M trainable weights match no catalog model, and the "
      "pipeline's source was not found"),
+    ("llama3.2-3b-bf16-raif-regenerated-smoke-rank16 (row 24): the raif-lora smoke settings (batch 4, 16 blocks, "
+     "rank 16, cap 1024) rerun on regenerated data, one peak to 0.1 GB",
+     "nothing about the regenerated rows' lengths is printed (no pace, no token count), and the peak nearly doubled "
+     "over the earlier data's at the same settings, so the widest batch can be anywhere up to the cap"),
+    ("tinyllama-1.1b-chat-m2-b2-4-layers (row 25): TinyLlama-1.1B-Chat-v1.0 at batch 2, 4 blocks, on an M2 with "
+     "16 GB (peak to 0.001 GB)",
+     "the model is not in mlxfit's catalog, and the log is a screenshot: no trainable count to check the keys against"),
+    ("qwen3-0.6b-kquant-q5km-pirate-b4-8-layers (row 26): Qwen3-0.6B in mlx-kquant's q5_k_m K-quant storage at "
+     "batch 4, 8 blocks (peak to 0.001 GB)",
+     "the base is stored in llama.cpp-style K-quant blocks (q5_k, q6_k on v_proj and some down_proj) and multiplied "
+     "by mlx-kquant's own kernels, which mlxfit's affine quantization does not model"),
 )
 
 # The runs with a chip and a logged pace, as benchmarks/evidence/mac_throughput.csv rows
@@ -215,6 +251,10 @@ TIME_ROWS = (
      "model": "Qwen/Qwen2.5-1.5B-Instruct", "method": "lora", "batch_size": "2", "width": "65",
      "tokens_per_step": "107", "num_layers": "8", "lora_keys": "", "grad_checkpoint": "no", "rank": "8",
      "tokens_per_sec": "429.787", "trust": "low"},
+    {"key": "gemma-3-4b-text-8bit-m1-12-layers-b1", "chip": "M1", "gpu_cores": "",
+     "model": "google/gemma-3-4b-it", "method": "qlora", "batch_size": "1", "width": "225",
+     "tokens_per_step": "206", "num_layers": "12", "lora_keys": "", "grad_checkpoint": "yes", "rank": "8",
+     "tokens_per_sec": "102.573", "trust": "low"},
 )
 
 # Rows with a logged pace left out of TIME_ROWS, and why.
@@ -226,4 +266,7 @@ NOT_TIMED = (
      "the chip is not named"),
     ("qwen3-1.7b-bf16-maformac-tiny-ablation-4992-ckpt",
      "its Trained Tokens count only the 209 loss-masked tokens, so its pace is not one of processed tokens"),
+    ("llama3.2-3b-bf16-raif-smoke-rank16-b4, llama3.2-3b-bf16-raif-warm-rank32-b4",
+     "the pace is given only roughly ('≈ 370 tokens/sec', '1.5-2.0 it/sec') and, with mask_prompt, counts only the "
+     "completion tokens"),
 )

@@ -78,7 +78,11 @@ def _adapted(run) -> int:
     ("qwen2.5-1.5b-bf16-m4max-rank8-8-layers-b2", 2.638e6),
     ("qwen3-1.7b-bf16-maformac-tiny-ablation-4992-ckpt", 17.433e6),  # all 28 blocks at rank 16
     ("qwen2.5-3b-4bit-wechat-qv-16-layers-b4", 0.819e6),  # Qwen2.5-3B's count, not the 7B the post names
+    ("llama3.2-3b-bf16-raif-smoke-rank16-b4", 13.9e6),  # printed as '13.9 M'
+    ("llama3.2-3b-bf16-raif-warm-rank32-b4", 27.8e6),  # printed as '27.8 M'
+    ("gemma-3-4b-text-8bit-m1-12-layers-b1", 5.259e6),  # 12 blocks, every linear
 ])
 def test_the_reading_reproduces_the_logged_trainable_parameters(key, logged):
     run = next(r for r in mb.RUNS if r.key == key)
-    assert abs(_adapted(run) - logged) <= 0.0005e6 + 1e-9 * logged
+    printed = 0.05e6 if key.startswith("llama3.2-3b-bf16-raif") else 0.0005e6  # half the printed precision
+    assert abs(_adapted(run) - logged) <= printed + 1e-9 * logged
