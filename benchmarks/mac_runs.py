@@ -52,6 +52,11 @@ def compiled_step(date: str) -> bool:
 
 
 TRUST_WEIGHT = {"high": 1.0, "medium": 0.5, "low": 0.25}
+# A base converted with mlx_lm.convert -q's defaults (4 bits, group 64: '4.501 bits per weight').
+CONVERT_Q4 = {"quantization": {"bits": 4, "group_size": 64}}
+# The seven linears of a Llama block, given explicitly (a date before mlx-lm 0.28.2 would read q,v otherwise).
+LLAMA_ALL = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+             "mlp.up_proj", "mlp.down_proj")
 
 
 def padded_length(longest: int, date: str, max_seq_length: int) -> int:
@@ -287,8 +292,7 @@ MISTRAL = "mistralai/Mistral-7B-Instruct-v0.3"  # v0.3 base and instruct share t
 # Run 02 of the same conversion peaks at 8.839 GB, below the 14.5 GB of its weights in bfloat16: the converted
 # ./mlx_model is quantized (mlx-lm prints the unquantized parameter count, 7248M, either way); 4 bits, group 64
 # (mlx_lm.convert -q's defaults) read.
-MISTRAL_4BIT = {"quantization": {"bits": 4, "group_size": 64}}
-LLAMA_4BIT = {"quantization": {"bits": 4, "group_size": 64}}
+MISTRAL_4BIT = LLAMA_4BIT = CONVERT_Q4
 MISTRAL_HOW = "; the conversion read as 4-bit (Run 02's 8.839 GB is below bfloat16 weights)"
 RUNS_FOUND: tuple[Run, ...] = (
     _run("mistral7b-8-layers-2048", 0, "code-index 7373479517", MISTRAL,
@@ -377,10 +381,7 @@ RUNS_FOUND: tuple[Run, ...] = (
 )
 
 # Mistral-7B-Instruct-v0.2 is v0.3's architecture with a 32,000-word vocabulary.
-MISTRAL_V02_4BIT = {"quantization": {"bits": 4, "group_size": 64}, "vocab_size": 32000}
-# The seven linears of a Llama block, given explicitly (a date before mlx-lm 0.28.2 would read q,v otherwise).
-LLAMA_ALL = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-             "mlp.up_proj", "mlp.down_proj")
+MISTRAL_V02_4BIT = {**CONVERT_Q4, "vocab_size": 32000}
 
 
 UNSEEN = "mac_runs_unseen.csv"
@@ -500,7 +501,7 @@ OOM_RUNS: tuple[OomRun, ...] = (
            dict(batch_size=4, num_layers=20, rank=32, quantize=True, lora_keys=QKVO), 2048, 32, "2024-11-04", "0.19",
            "a 4-bit Mistral-Nemo with float32 scales (and so float32 activations) at batch 4, rank 32, keys q,k,v,o; "
            "lengths unknown (its validation took 8634 s): the default max_seq_length 2048",
-           config={"torch_dtype": "float32", "quantization": {"bits": 4, "group_size": 64}}),
+           config={"torch_dtype": "float32", **CONVERT_Q4}),
     OomRun("blog-qwen3-4b-full-200", 8, "Qwen/Qwen3-4B",
            dict(fine_tune_type="full", batch_size=1, num_layers=16), 2048, 24, "2025-07-31", "0.26",
            "ran out of memory within 200 iterations, after peaking at 16.5 GB by iteration 100: a longer batch, up "
@@ -513,7 +514,7 @@ OOM_RUNS: tuple[OomRun, ...] = (
            "2026-05-13", "0.31.2",
            "mlx-community/Qwen3.5-4B-MLX-4bit (4-bit, group 64) at --max-seq-length 1024, checkpointed: out of memory "
            "(over 32 GB) in the backward pass; the same run at 512 logged 10.92 GB. Gated delta's T^2 backward",
-           config={"quantization": {"bits": 4, "group_size": 64}}),
+           config=CONVERT_Q4),
     OomRun("code-index-57967534697", 9, "Qwen/Qwen2.5-3B-Instruct",
            dict(batch_size=2, num_layers=16, grad_checkpoint=True), 2048, 16, "2026-01-01", "0.30",
            "ran out only with an inference server beside it (10.7 GB + 4 GB system + 11 GB swap); checked at "

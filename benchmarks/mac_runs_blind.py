@@ -33,10 +33,8 @@ import mac_runs as ev  # noqa: E402
 FILE = "mac_runs_blind.csv"
 QV = ev.QV
 QKV_PHI3 = ("self_attn.qkv_proj",)  # Phi-3's default key before mlx-lm 0.28.2 (its fused q,k,v projection)
-LLAMA_ALL = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-             "mlp.up_proj", "mlp.down_proj")
-# A base converted with mlx_lm.convert -q's defaults (4 bits, group 64: '4.501 bits per weight').
-CONVERT_Q4 = {"quantization": {"bits": 4, "group_size": 64}}
+LLAMA_ALL = ev.LLAMA_ALL
+CONVERT_Q4 = ev.CONVERT_Q4
 # Ternary-Bonsai stores {-1, 0, +1} with one scale per group of 128 (its GGUF is TQ2_0_g128); its MLX
 # conversion is read as 2-bit affine weights in groups of 128.
 BONSAI_2BIT = {"quantization": {"bits": 2, "group_size": 128}}

@@ -28,7 +28,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import chip_efficiency as ce  # noqa: E402
 import mac_evidence as me  # noqa: E402
-import mac_runs as ev  # noqa: E402
 import mac_runs_blind as blind  # noqa: E402
 from mlxfit.estimate.detailed import coefficients  # noqa: E402
 from mlxfit.estimate.uncertainty import range_factors  # noqa: E402
@@ -96,12 +95,14 @@ def report(mem, tim, eff) -> str:
         lo, hi = r.lengths()
         lines.append(f"| {r.key} | {r.trust} | {r.model} | {t.batch_size} | {t.num_layers} | "
                      f"{'yes' if t.grad_checkpoint else 'no'} | {lo}-{hi}{' (exact)' if m['exact'] else ''} | "
-                     f"{r.peak_bytes / 1e9:.2f}{' ¹' if r.logged_unit != 10**9 else ''} | {m['pred'][0]:.2f}-{m['pred'][1]:.2f} | {me.pct(m['error'])} | "
+                     f"{r.peak_bytes / 1e9:.2f}{' ¹' if r.logged_unit != 10**9 else ''} | "
+                     f"{m['pred'][0]:.2f}-{m['pred'][1]:.2f} | {me.pct(m['error'])} | "
                      f"{m['range'][0]:.3f}-{m['range'][1]:.3f} | {'yes' if m['inside'] else 'no'} |")
     lines += ["", "Error: (prediction - logged) / logged from the nearer of the two bounded predictions, 0 where the "
               "logged peak lies between them; inside: the logged peak within [low x the prediction at the lower bound, "
               "high x the prediction at the upper bound], the shipped Metal range of the run's kind "
-              "(benchmarks/mac_evidence.py `Case`).", "",
+              "(benchmarks/mac_evidence.py `Case`). Logged GB are 10^9 bytes (¹ logged in GiB: mlx-lm before "
+              "2024-11-07, benchmarks/mac_runs.py GIB_PEAKS_UNTIL).", "",
               "## Time", "",
               f"Shipped: matrix products at {eff[0]:.3f} of the chip's peak half-precision rate, {eff[1] * 1e6:g} µs per "
               f"dispatched operation, range {eff[2]:.3f}-{eff[3]:.3f} x the predicted step time "
