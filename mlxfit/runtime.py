@@ -10,7 +10,8 @@ switch is cited from MLX / mlx-lm source (see docs/estimate.md):
   run the unfused graph (logits - max, take_along_axis, logsumexp).
 - compiled_step: mlx-lm compiles the whole training step (mx.compile with state in
   and out), which fuses elementwise chains so their intermediates are never
-  allocated. The only public uncompiled Metal run is mlx-lm PR #53's baseline.
+  allocated (mlx-lm compiled it in 2024-03 and from 2025-03-25, PR #53; the public runs
+  outside those windows, and PR #53's baseline, ran uncompiled: benchmarks/mac_runs.py).
 Attention needs no switch: Metal trains it unfused from mlx 0.25.0 (PR #2054); the fused
 forward of mlx 0.24 (mlx-lm's "causal" mask) recomputed the unfused graph in its VJP, and
 the one public run of it (mlx-lm PR #53) logged the probabilities' memory all the same.

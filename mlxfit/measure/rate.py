@@ -1,8 +1,8 @@
 """Quick measured rates of this machine, on MLX's default device, in a model's dtype:
 how many operations per second a matrix product runs at (a quantized product for a
 quantized base), how many bytes per second a large elementwise operation moves, how
-many exps and square roots per second it computes, and what one tiny operation costs. Each takes a
-fraction of a second and a few MB; `machine_rates` measures them once per machine
+many exps and square roots per second it computes, and what one tiny operation costs.
+Each takes a fraction of a second and a few MB; `machine_rates` measures them once per machine
 (CPU, backend, MLX version, dtype) and keeps them in mlxfit's cache. What an operation
 of mlx-lm's decoding loop costs is measured apart, for GRPO alone (decode_rate.py)."""
 
