@@ -57,11 +57,11 @@ def test_each_run_builds_its_settings_and_widths():
 
 
 def _adapted(run) -> int:
-    """LoRA weights of the run as its mlx-lm applied them: rank x (in + out) per adapted linear."""
-    t, arch = run.training_config(), run.model_info().architecture
-    blocks = arch.blocks if t.num_layers == -1 else arch.blocks[-t.num_layers:]
-    return sum(t.rank * (l.in_features + l.out_features) * l.experts
-               for b in blocks for l in b.linears if t.lora_keys is None or l.path in t.lora_keys)
+    """Trainable weights of the run as its mlx-lm applied them, counted as mlxfit counts them
+    (a count of parameters, not an estimate of the peak)."""
+    from mlxfit.estimate.detailed import counted_totals
+
+    return counted_totals(run.model_info(), run.training_config())[1]
 
 
 @pytest.mark.parametrize("key, logged", [
