@@ -133,7 +133,10 @@ def test_grpo_scoring_logits_are_the_measured_slope(beta):
     """The vocabulary-sized buffers of a scoring microbatch, counted by
     grpo_scoring_logits (the reference's as many again when beta is not 0), equal the
     slope of the measured peak over the vocabulary."""
-    measured = _grpo_scoring_peak(16384, beta) - _grpo_scoring_peak(8192, beta)
+    # In a process of its own: in the suite's process it once read 2.87M where fresh processes read
+    # 2.57-2.60M, quiet or busy (not a block class left checkpointed: none is; the cause not found).
+    measured = _measured_apart("-c", "import test_preference as t; "
+                               f"print(t._grpo_scoring_peak(16384, {beta}) - t._grpo_scoring_peak(8192, {beta}))")
     # width = 32 tokens: T = 31 positions fed, 16 scored (those after the prompt's last)
     counted = (est.grpo_scoring_logits(1, 31, 16, 16384, 4) - est.grpo_scoring_logits(1, 31, 16, 8192, 4)) * (2 if beta else 1)
     assert counted == pytest.approx(measured, rel=0.06)
@@ -805,15 +808,21 @@ def test_a_compiled_sum_of_two_lookups_gradients_holds_three_matrices():
         del g
 
 
-def _orpo_update_slope(tied: bool) -> float:
-    """The compiled ORPO step's update, measured in a process of its own (tests/orpo_update_slope.py):
-    in the suite's process, earlier tests' MLX state moved it (5.9 matrices read where 7.2 hold)."""
+def _measured_apart(*args: str) -> float:
+    """The last number a fresh Python process prints, run with `args` beside the tests: a peak
+    measured in the suite's process moves with what earlier tests left there."""
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, str(Path(__file__).parent / "orpo_update_slope.py"), "tied" if tied else "untied"],
-                         capture_output=True, text=True, check=True, timeout=300).stdout
+    out = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True, timeout=300,
+                         cwd=Path(__file__).parent).stdout
     return float(out.split()[-1])
+
+
+def _orpo_update_slope(tied: bool) -> float:
+    """The compiled ORPO step's update, measured in a process of its own (tests/orpo_update_slope.py):
+    in the suite's process, earlier tests' MLX state moved it (5.9 matrices read where 7.2 hold)."""
+    return _measured_apart(str(Path(__file__).parent / "orpo_update_slope.py"), "tied" if tied else "untied")
 
 
 @pytest.mark.parametrize("tied, counted", [(True, 8), (False, 6)])
