@@ -115,16 +115,17 @@ def test_an_operation_of_the_loop_is_the_step_less_its_work_over_its_operations(
 
 
 def test_measure_rates_leaves_the_decoding_loop_out(monkeypatch):
-    """The six rates every estimate reads never run mlx-lm's decoding loop: a GRPO run asks it apart."""
+    """The seven rates every estimate reads never run mlx-lm's decoding loop: a GRPO run asks it apart."""
     monkeypatch.setattr(rate, "matmul_rate", lambda *a: 1e9)
     monkeypatch.setattr(rate, "elementwise_rate", lambda *a: 1e8)
     monkeypatch.setattr(rate, "transcendental_rate", lambda *a: 1e6)
     monkeypatch.setattr(rate, "operation_seconds", lambda: 1e-5)
     monkeypatch.setattr(rate, "softmax_rate", lambda *a: 5e5)
     monkeypatch.setattr(rate, "root_rate", lambda *a: 2e7)
+    monkeypatch.setattr(rate, "loss_rate", lambda *a: 3e7)
     monkeypatch.setattr(decode_rate, "decode_step_seconds", lambda *a: pytest.fail("the decoding loop was timed"))
-    assert rate.measure_rates("float32") == replace(RATES, decode_op=None, root=2e7)
-    assert rate.machine_key("float32").endswith("|root")  # rates kept before the square root's: measured again
+    assert rate.measure_rates("float32") == replace(RATES, decode_op=None, root=2e7, loss=3e7)
+    assert rate.machine_key("float32").endswith("|loss")  # rates kept before the loss's: measured again
     speed = st.measured_speed(RATES)
     assert speed.decode_op_seconds == 2e-5 and speed.to_dict()["decode_op_seconds"] == 2e-5
     assert st.corrected(speed, 2.0, {}).decode_op_seconds == pytest.approx(4e-5)

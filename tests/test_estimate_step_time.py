@@ -195,6 +195,12 @@ def test_the_work_besides_matrix_products_on_a_hand_counted_model(tiny):
     roots = MachineRates(matmul=1e9, elementwise=1e8, transcendental=1e6, operation=1e-5, root=2e7)
     assert st.step_time(tiny, training, st.measured_speed(roots), 9).phases["elementwise"] == pytest.approx(
         work.traffic_bytes / 1e8 + work.transcendentals / 1e6 + elements / 2e7)
+    # With a loss rate measured, the logits go at it, their counted passes and exps left out.
+    loss = MachineRates(matmul=1e9, elementwise=1e8, transcendental=1e6, operation=1e-5, loss=4e5)
+    logits = 16 * 100
+    assert work.loss_logits == logits
+    assert st.step_time(tiny, training, st.measured_speed(loss), 9).phases["elementwise"] == pytest.approx(
+        (work.traffic_bytes - 8 * 4 * logits) / 1e8 + (work.transcendentals - 2 * logits) / 1e6 + logits / 4e5)
     # A Mac's GPU: the exps are in the traffic, not timed apart.
     mac = st.Speed(1e12, 1e11, "x", (1, 1), seconds_per_op=1e-6)
     assert st.step_time(tiny, training, mac, 9).phases["elementwise"] == pytest.approx(work.traffic_bytes / 1e11)
@@ -307,6 +313,30 @@ def test_grpo_generates_its_group_in_rounds_of_batch_size_rows(tiny):
     policy = st.phase_operations(tiny, replace(training, max_seq_length=9), 9, sequences=8)
     assert step.operations == (sum(policy.values()) + st.forward_operations(tiny, 9, 8)
                                + 24 * st.forward_operations(tiny, 1, 2) + st.forward_operations(tiny, 4, 2))
+
+def test_the_loss_rate_times_mlx_lm_loss_alone(tiny):
+    """The loss rate is measured on mlx-lm's default_loss; mlx-lm-lora's losses are its own
+    (DPO's over logits cast to float32 first, GRPO's compiled log-probabilities), so their
+    passes and exps stay counted."""
+    import inspect
+
+    from mlx_lm_lora.trainer import dpo_trainer, grpo_trainer
+    from mlx_lm.tuner.trainer import default_loss
+
+    from mlxfit.measure import rate
+
+    assert "default_loss(" in inspect.getsource(rate.loss_rate)
+    assert "nn.losses.cross_entropy(logits, targets)" in inspect.getsource(default_loss)
+    assert ".astype(mx.float32)" in inspect.getsource(dpo_trainer.get_token_scores)
+    assert "cross_entropy" not in inspect.getsource(grpo_trainer._select_token_logps)
+    training = TrainingConfig(num_layers=-1, batch_size=2, max_seq_length=9)
+    counted = st.Speed(1e9, 1e8, "x", (1, 1), transcendentals_per_second=1e6, seconds_per_op=1e-6)
+    timed = replace(counted, loss_per_second=1.0)
+    assert st.step_time(tiny, training, timed).seconds > st.step_time(tiny, training, counted).seconds + 1
+    assert st.dpo_step_time(tiny, training, timed).seconds == pytest.approx(
+        st.dpo_step_time(tiny, training, counted).seconds)
+    assert st.grpo_step_time(tiny, training, timed, 4, 4, 5).seconds == pytest.approx(
+        st.grpo_step_time(tiny, training, counted, 4, 4, 5).seconds)
 
 
 def test_mlx_lm_lora_default_iterations_are_pinned():

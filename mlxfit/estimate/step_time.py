@@ -32,8 +32,8 @@ from ..errors import BadInput
 from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
 from .duration import forward_operations, phase_operations
-from .step_work import (ADAPTER_FORWARD_OPS, OPTIMIZER_OPS, Work, adapted_layers, decode_ops, forward_work, step_work,
-                        trainable_arrays)
+from .step_work import (ADAPTER_FORWARD_OPS, FLOAT32_BYTES, LOSS_EXPS, LOSS_PASSES, OPTIMIZER_OPS, Work, adapted_layers,
+                        decode_ops, forward_work, step_work, trainable_arrays)
 
 MEASURED_BASIS = "rates measured on this machine"
 # The spread of measured over predicted step time on this machine (a factor on the
@@ -99,6 +99,7 @@ class Speed:
     transcendentals_per_second: float | None = None  # exps apart from the traffic; None: in it
     softmax_per_second: float | None = None  # the attention's scores (a precise softmax); None: as other exps
     roots_per_second: float | None = None  # the optimizer's square roots apart from the traffic; None: in it
+    loss_per_second: float | None = None  # logits through the training loss, whole; None: its exps and passes counted
     seconds_per_op: float = 0.0  # dispatching one operation
     decode_op_seconds: float = 0.0  # an operation of mlx-lm's decoding loop (0: as seconds_per_op)
     correction: dict | None = None  # the stored measurement that scaled the rates (calibration.py), if any
@@ -107,6 +108,7 @@ class Speed:
         return {"operations_per_second": self.operations_per_second, "bytes_per_second": self.bytes_per_second,
                 "transcendentals_per_second": self.transcendentals_per_second,
                 "softmax_per_second": self.softmax_per_second, "roots_per_second": self.roots_per_second,
+                "loss_per_second": self.loss_per_second,
                 "seconds_per_op": self.seconds_per_op, "decode_op_seconds": self.decode_op_seconds,
                 "basis": self.basis, "chip": self.chip,
                 **({"corrected_by": self.correction} if self.correction else {})}
@@ -122,6 +124,7 @@ def corrected(speed: Speed, factor: float, measurement: dict) -> Speed:
                    bytes_per_second=slower(speed.bytes_per_second),
                    transcendentals_per_second=slower(speed.transcendentals_per_second),
                    softmax_per_second=slower(speed.softmax_per_second), roots_per_second=slower(speed.roots_per_second),
+                   loss_per_second=slower(speed.loss_per_second),
                    seconds_per_op=speed.seconds_per_op * factor, decode_op_seconds=speed.decode_op_seconds * factor,
                    correction={**measurement, "factor": round(factor, 3)})
 
@@ -130,7 +133,7 @@ def measured_speed(rates) -> Speed:
     """This machine, at the rates the caller measured here (measure/rate.py MachineRates)."""
     return Speed(rates.matmul, rates.elementwise, MEASURED_BASIS, MEASURED_RANGE,
                  transcendentals_per_second=rates.transcendental, seconds_per_op=rates.operation,
-                 softmax_per_second=rates.softmax, roots_per_second=rates.root,
+                 softmax_per_second=rates.softmax, roots_per_second=rates.root, loss_per_second=rates.loss,
                  decode_op_seconds=rates.decode_op or 0.0)
 
 
@@ -176,11 +179,19 @@ def _floor(model: ModelInfo, training: TrainingConfig, speed: Speed) -> float:
 
 def elementwise_seconds(work: Work, speed: Speed) -> float:
     """The passes over the activations at the elementwise rate, and the exps at theirs
-    (the attention's at the softmax's where the machine has that rate)."""
-    seconds = work.traffic_bytes / speed.bytes_per_second if speed.bytes_per_second else 0.0
+    (the attention's at the softmax's where the machine has that rate); the loss's logits
+    at the loss's rate where the machine has one, its counted passes and exps left out."""
+    traffic, transcendentals = work.traffic_bytes, work.transcendentals
+    seconds = 0.0
+    if speed.loss_per_second and work.loss_logits:
+        traffic -= LOSS_PASSES * FLOAT32_BYTES * work.loss_logits
+        transcendentals -= LOSS_EXPS * work.loss_logits
+        seconds += work.loss_logits / speed.loss_per_second
+    if speed.bytes_per_second:
+        seconds += traffic / speed.bytes_per_second
     if speed.transcendentals_per_second:
         scores = work.scores if speed.softmax_per_second else 0
-        seconds += (work.transcendentals - scores) / speed.transcendentals_per_second
+        seconds += (transcendentals - scores) / speed.transcendentals_per_second
         if scores:
             seconds += scores / speed.softmax_per_second
     if speed.roots_per_second:
@@ -200,6 +211,13 @@ def step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, length: 
     return StepTime(phases, sum(ops.values()), _floor(model, training, speed))
 
 
+def _own_loss(work: Work) -> Work:
+    """mlx-lm-lora's losses are its own (DPO's and CPO's cross-entropy over logits cast to
+    float32, GRPO's compiled log-probabilities), not the mlx-lm default_loss that the loss
+    rate times: their passes and exps stay counted."""
+    return replace(work, loss_logits=0)
+
+
 def dpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, length: int | None = None,
                   reference: bool = True) -> StepTime:
     """A DPO (or CPO/ORPO) step: the policy's forward and backward over the chosen and
@@ -209,8 +227,8 @@ def dpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, leng
     policy = phase_operations(model, training, length, sequences=rows)
     width = training.batch_width(length)
     rate = speed.operations_per_second
-    phases = _with_work({k: v / rate for k, v in policy.items()}, step_work(model, training, length, sequences=rows),
-                        speed)
+    phases = _with_work({k: v / rate for k, v in policy.items()},
+                        _own_loss(step_work(model, training, length, sequences=rows)), speed)
     if not reference:
         return StepTime(phases, sum(policy.values()), _floor(model, training, speed))
     reference_ops = forward_operations(model, max(width - 1, 1), rows)
@@ -281,7 +299,7 @@ def grpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, pro
     policy = phase_operations(model, policy_training, width, sequences=rows)
     chunks = -(-rows // decoding)
     phases = {"generation": generation, "reference": _forward_seconds(model, width, rows, speed, calls=chunks)}
-    work = step_work(model, policy_training, width, sequences=rows)
+    work = _own_loss(step_work(model, policy_training, width, sequences=rows))
     phases.update(_with_work({k: v / rate for k, v in policy.items()}, work, speed))
     arrays = trainable_arrays(model, policy_training)
     microbatched = work.ops - arrays * OPTIMIZER_OPS

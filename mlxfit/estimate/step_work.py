@@ -16,7 +16,8 @@ says how to count it again):
   forward once more; each LoRA adapter scales and adds its output (5 passes forward,
   10 backward, over the layer's output width);
 - the loss over batch x T x vocabulary logits in float32: the cast, the log-sum-exp,
-  the softmax of its gradient and the mask (8 passes, 2 exps per logit);
+  the softmax of its gradient and the mask (8 passes, 2 exps per logit; `loss_logits`
+  says how many, for a machine that times the loss whole at its own rate);
 - the optimizer (Adam) over the trainable arrays: read weight, gradient and two
   moments, write three (7 passes), one square root per element (`roots`: MLX's CPU
   backend runs a square root some 15 times faster than an exp, about three adds).
@@ -47,6 +48,7 @@ SCORE_PASSES = 6
 ADAPTER_PASSES = 15  # forward 5 and backward 10, over an adapted layer's output width
 LOSS_PASSES = 8  # over the float32 logits, forward and backward (3 forward only)
 LOSS_FORWARD_PASSES = 3
+LOSS_EXPS = 2  # per logit: the log-sum-exp's and its gradient's softmax
 OPTIMIZER_PASSES = 7  # per trainable element
 FLOAT32_BYTES = 4  # default_loss casts the logits to float32; LoRA's adapters compute in float32
 
@@ -73,13 +75,16 @@ class Work:
     ops: int  # kernels dispatched
     scores: int = 0  # the attention's softmax exps among the transcendentals
     roots: int = 0  # the optimizer's square roots (not among the transcendentals)
+    loss_logits: int = 0  # logits through the cross-entropy forward and backward (their exps and passes counted above)
 
     def __add__(self, other: "Work") -> "Work":
         return Work(self.traffic_bytes + other.traffic_bytes, self.transcendentals + other.transcendentals,
-                    self.ops + other.ops, self.scores + other.scores, self.roots + other.roots)
+                    self.ops + other.ops, self.scores + other.scores, self.roots + other.roots,
+                    self.loss_logits + other.loss_logits)
 
     def times(self, n: int) -> "Work":
-        return Work(self.traffic_bytes * n, self.transcendentals * n, self.ops * n, self.scores * n, self.roots * n)
+        return Work(self.traffic_bytes * n, self.transcendentals * n, self.ops * n, self.scores * n, self.roots * n,
+                    self.loss_logits * n)
 
 
 def activation_bytes(model: ModelInfo) -> int:
@@ -170,4 +175,5 @@ def step_work(model: ModelInfo, training: TrainingConfig, length: int | None = N
     ops = (LOSS_OPS + FORWARD_OPS * len(blocks) + len(trained) * (BACKWARD_OPS + (FORWARD_OPS if recompute else 0))
            + len(adapted) * ADAPTER_OPS + arrays * OPTIMIZER_OPS)
     scores = sum(_scores(b, T) for b in arch.blocks) + (sum(_scores(b, T) for b in trained) if recompute else 0)
-    return Work(traffic, N * transcendental + 2 * N * arch.vocab_size, ops, N * scores, roots=elements)
+    return Work(traffic, N * transcendental + LOSS_EXPS * N * arch.vocab_size, ops, N * scores, roots=elements,
+                loss_logits=N * arch.vocab_size)

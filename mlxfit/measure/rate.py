@@ -1,7 +1,8 @@
 """Quick measured rates of this machine, on MLX's default device, in a model's dtype:
 how many operations per second a matrix product runs at (a quantized product for a
 quantized base), how many bytes per second a large elementwise operation moves, how
-many exps and square roots per second it computes, and what one tiny operation costs.
+many exps and square roots per second it computes, how many logits per second mlx-lm's
+training loss runs through, and what one tiny operation costs.
 Each takes a fraction of a second and a few MB; `machine_rates` measures them once per machine
 (CPU, backend, MLX version, dtype) and keeps them in mlxfit's cache. What an operation
 of mlx-lm's decoding loop costs is measured apart, for GRPO alone (decode_rate.py)."""
@@ -99,6 +100,27 @@ def root_rate(dtype: str = "bfloat16", elements: int = ELEMENTS // 2) -> float:
     return elements / _best_seconds(lambda: mx.sqrt(x))
 
 
+LOSS_SHAPE = (4, 256, 4096)  # rows, tokens, vocabulary: 4M logits, past the caches as a step's are
+
+
+def loss_rate(dtype: str = "bfloat16") -> float:
+    """Logits per second of mlx-lm's training loss (mlx_lm.tuner.trainer.default_loss: the
+    cross-entropy's log-sum-exp, its gather, the mask) forward and backward, over logits in
+    the model's dtype. Counted as two exps and eight passes a logit it reads 20-60% fast on
+    MLX's CPU (the max, the shift, the softmax of the backward and the scattered target are
+    passes of their own); on tiny models with a large vocabulary it is most of a step."""
+    import mlx.core as mx
+    from mlx_lm.tuner.trainer import default_loss
+
+    rows, tokens, vocab = LOSS_SHAPE
+    logits = mx.random.normal(LOSS_SHAPE).astype(_kind(dtype))
+    batch = mx.random.randint(0, vocab, (rows, tokens + 1))
+    lengths = mx.array([[0, tokens]] * rows)
+    mx.eval(logits, batch, lengths)
+    step = mx.value_and_grad(lambda x: default_loss(lambda _: x, batch, lengths)[0])
+    return logits.size / _best_seconds(lambda: step(logits))
+
+
 SOFTMAX_ROW = 256  # a row of attention scores
 
 
@@ -141,15 +163,16 @@ class MachineRates:
     softmax: float | None = None  # attention scores per second (None: measured before it was, at the exp rate)
     decode_op: float | None = None  # seconds per operation of a decoding step (None: not asked, decode_rate.py)
     root: float | None = None  # square roots per second (None: measured before it was, in the traffic)
+    loss: float | None = None  # logits per second of the training loss (None: measured before it was, counted)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def measure_rates(dtype: str = "bfloat16", bits: int | None = None, group_size: int = 64) -> MachineRates:
-    """All six, measured now (the decoding loop's apart: measure/decode_rate.py, for GRPO alone)."""
+    """All seven, measured now (the decoding loop's apart: measure/decode_rate.py, for GRPO alone)."""
     return MachineRates(matmul_rate(dtype, bits, group_size), elementwise_rate(dtype), transcendental_rate(dtype),
-                        operation_seconds(), softmax_rate(dtype), root=root_rate(dtype))
+                        operation_seconds(), softmax_rate(dtype), root=root_rate(dtype), loss=loss_rate(dtype))
 
 
 def machine_key(dtype: str, bits: int | None = None, group_size: int = 64) -> str:
@@ -159,7 +182,7 @@ def machine_key(dtype: str, bits: int | None = None, group_size: int = 64) -> st
     import mlx.core as mx
 
     return "|".join([_processor() or platform.machine(), str(mx.default_device()), mx.__version__, dtype,
-                     f"{bits}-bit/{group_size}" if bits else "float", "root"])  # rates stored before the square root's: again
+                     f"{bits}-bit/{group_size}" if bits else "float", "loss"])  # rates stored before the loss's: again
 
 
 def _processor() -> str:
