@@ -63,9 +63,9 @@ MUSIC_HOW = ("627 one-line text rows (the same train.jsonl in both of the author
              "logged) and at most 114 - 35 + 4 + 2 (BOS, EOS) = 85 tokens")
 
 
-def _run(key, row, source, model, training, longest, peak_gb, rounding_gb, date, mlx, trust, how, **kw):
+def _run(key, row, source, model, training, longest, peak_gb, rounding_gb, date, mlx, trust, how, file=FILE, **kw):
     return ev._run(key, row, source, model, training, longest, peak_gb, rounding_gb, date, mlx, trust, how,
-                   file=FILE, **kw)
+                   file=file, **kw)
 
 
 # One Run per reproducible row of mac_runs_blind.csv (row = its 0-based data row).
@@ -268,3 +268,70 @@ NOT_TIMED = (
      "the pace is given only roughly ('≈ 370 tokens/sec', '1.5-2.0 it/sec') and, with mask_prompt, counts only the "
      "completion tokens"),
 )
+
+
+# The third blind set: benchmarks/evidence/mac_runs_blind2.csv, 8 public runs found on 2026-12-06 by a
+# search that estimated nothing, after the memory model of 2026-12-06 (commit 9cb8695) was frozen; read
+# here before any of them was scored.
+SECOND_FILE = "mac_runs_blind2.csv"
+SIMUL = "github.com/unoa-eng/dalbitalba-train-data runs/cycle7-mac-simul"
+
+RUNS_SECOND: tuple[ev.Run, ...] = (
+    _run("qwen3-8b-base-4bit-dalbitalba-simul-1-layer-b1", 0, SIMUL, "Qwen/Qwen3-8B",
+         dict(batch_size=1, num_layers=1, quantize=True, max_seq_length=512), (199, 201), 5.001, 0.0005,
+         "2026-05-13", "0.31.2", "high",
+         "Qwen3-8B-Base has Qwen3-8B's architecture, converted with mlx_lm convert -q (4 bits, group 64); every flag "
+         "in the script (batch 1, 1 block, cap 512, one iteration), rank 8 and every linear from 0.606M = 75,776 x 8 "
+         "(verified); the one training row is 199-200 tokens (199 trained tokens; its summary's 'r=128' is "
+         "contradicted by the count); the peak covers the validation pass over 20 rows at batch 1 (forward only) "
+         "and the first step; MLX 0.31.2, the one current on 2026-05-13 (PyPI)",
+         file=SECOND_FILE, config=CONVERT_Q4),
+    _run("llama3.1-8b-4bit-jacq-m3ultra-b1-1024-ckpt", 5, "code-index 53156636048", "meta-llama/Llama-3.1-8B-Instruct",
+         dict(batch_size=1, num_layers=16, grad_checkpoint=True, quantize=True, max_seq_length=1024), (913, 1024),
+         6.376, 0.0005, "2026-01-01", "0.30", "medium",
+         "batch 1, cap 1024, checkpointed stated; 'lora_layers'/'lora_rank' are not mlx-lm's keys, its defaults give "
+         "the same 16 blocks and rank 8; every linear from ~10.5M = 16 x 655,360 (so mlx-lm 0.28.2 or later; the "
+         "date not stated, read as 2026-01 as the other undated runs); 548.127 tokens/sec at 'roughly 0.55' it/sec "
+         "(0.5-0.6) is 913-1096 tokens a single-row step, so the longest row is at least 913 and at most the cap; "
+         "mlx-community's 4-bit conversion (4 bits, group 64)", file=SECOND_FILE, config=CONVERT_Q4),
+    _run("qwen2.5-1.5b-4bit-assistente-medico-rank16-b2-8-layers", 6, "code-index 68517094146",
+         "mlx-community/Qwen2.5-1.5B-Instruct-4bit",
+         dict(batch_size=2, num_layers=8, rank=16, scale=20.0, dropout=0.05, quantize=True, max_seq_length=1280),
+         (222, 1280), 4.758, 0.0005, "2026-09-13", "0.32.2", "medium",
+         "the log fixture of the configuration fixture beside it (batch 2, 8 blocks, rank 16, scale 20, dropout "
+         "0.05, cap 1280, mask_prompt; 5.276M = 8 x 659,456 verified); with mask_prompt the 8850 trained tokens of "
+         "20 iterations count completions only (~221 a row), so the longest row is at least 222 and at most the "
+         "cap; not checkpointed (not stated); MLX 0.32.2, the one current on 2026-09-13 (PyPI: 0.32.3, the fused "
+         "cross-entropy, came on 2026-09-29)", file=SECOND_FILE),
+)
+
+NOT_SCORED_SECOND = (
+    ("qwen3-0.6b-base-m4-16gb-dalbitalba-smoke-500 (row 1): Qwen3-0.6B-Base, 500 iterations on an M4 with 16 GB",
+     "batch, blocks, rank, keys and length cap are not stated (the raw log is not public)"),
+    ("apertus-8b-bf16-wikisql-4-layers-b1-seq256 (row 2): swiss-ai/Apertus-8B-Instruct-2509 at batch 1, 4 blocks "
+     "(mlx-lm PR #421)", "the model is not in mlxfit's catalog"),
+    ("telechat3-36b-thinking-4bit-4-layers-b1-seq32 (row 3): TeleChat3-36B-Thinking in 4 bits, 4 blocks, cap 32 "
+     "(mlx-lm PR #773)", "the model is not in mlxfit's catalog, and its quantization is named only by its folder"),
+    ("gemma-2-9b-nfsecurity-qv-all-42-layers (row 4): a Gemma 2 9B of a local folder (mlx-lm issue #18)",
+     "the batch, the length cap, the dtype or quantization and the blocks are not stated"),
+    ("qwen3-0.6b-yizijue-strict-hard-negative-v2-b1-1024 (row 7): Qwen3-0.6B at batch 1, cap 1024",
+     "the blocks, rank and keys are set in a script that is not public, and no trainable count is printed"),
+)
+
+TIME_ROWS_SECOND = (
+    {"key": "llama3.1-8b-4bit-jacq-m3ultra-b1-1024-ckpt", "chip": "M3 Ultra", "gpu_cores": "",
+     "model": "mlx-community/Meta-Llama-3.1-8B-Instruct-4bit", "method": "qlora", "batch_size": "1", "width": "1024",
+     "tokens_per_step": "997", "num_layers": "16", "lora_keys": "", "grad_checkpoint": "yes", "rank": "8",
+     "tokens_per_sec": "548.127", "trust": "medium"},
+)
+
+NOT_TIMED_SECOND = (
+    ("qwen3-8b-base-4bit-dalbitalba-simul-1-layer-b1", "its one iteration's pace includes the step's compile"),
+    ("qwen3-0.6b-base-m4-16gb-dalbitalba-smoke-500", "its settings are not stated (not scored)"),
+    ("apertus-8b-bf16-wikisql-4-layers-b1-seq256, telechat3-36b-thinking-4bit-4-layers-b1-seq32, "
+     "gemma-2-9b-nfsecurity-qv-all-42-layers, qwen2.5-1.5b-4bit-assistente-medico-rank16-b2-8-layers",
+     "the chip is not named"),
+)
+
+# Each blind file: its runs, pace rows and the rows found but not scored.
+SETS = {FILE: (RUNS, TIME_ROWS, NOT_SCORED), SECOND_FILE: (RUNS_SECOND, TIME_ROWS_SECOND, NOT_SCORED_SECOND)}

@@ -1,8 +1,9 @@
 """The shipped Mac estimates on public Mac runs that no fit or design choice has seen.
 
-    python benchmarks/mac_unseen.py
+    python benchmarks/mac_unseen.py [--file mac_runs_blind2.csv]
 
-benchmarks/evidence/mac_runs_blind.csv holds public mlx-lm fine-tuning logs from Apple silicon
+benchmarks/evidence/mac_runs_blind.csv (the default) and mac_runs_blind2.csv (found later, for the
+same frozen model) hold public mlx-lm fine-tuning logs from Apple silicon
 found while the memory model changed and read into runs (benchmarks/mac_runs_blind.py) without
 any estimate; the model (its form, coefficients and ranges) and the Mac time model
 (mlxfit/estimate/step_time.py with the efficiency in mlxfit/data/apple_chips.json) were frozen
@@ -12,7 +13,7 @@ through the same path as the fitted ones: memory with benchmarks/mac_runs.py's r
 benchmarks/mac_evidence.py's error and range check, with the shipped Metal coefficients and
 ranges; time with benchmarks/chip_efficiency.py's predicted tokens per second and the shipped
 efficiency, cost per operation and range. Nothing here is fitted. Writes
-benchmarks/results/mac_unseen.md. (The set scored blind before, mac_runs_unseen.csv, is fitted
+benchmarks/results/mac_unseen.md (mac_unseen_blind2.md for the second file). (The set scored blind before, mac_runs_unseen.csv, is fitted
 since: docs/accuracy.md keeps its blind figures.)
 """
 
@@ -32,13 +33,14 @@ import mac_runs_blind as blind  # noqa: E402
 from mlxfit.estimate.detailed import coefficients  # noqa: E402
 from mlxfit.estimate.uncertainty import range_factors  # noqa: E402
 
-RESULT = ROOT / "benchmarks" / "results" / "mac_unseen.md"
+RESULTS = {blind.FILE: ROOT / "benchmarks" / "results" / "mac_unseen.md",
+           blind.SECOND_FILE: ROOT / "benchmarks" / "results" / "mac_unseen_blind2.md"}
 
 
-def memory_rows():
+def memory_rows(runs):
     c, fixed = me.vector(coefficients()["metal"])
     out = []
-    for run in blind.RUNS:
+    for run in runs:
         case = me.Case(run)
         lo, hi = case.predicted(c, fixed)
         low, high = range_factors("metal", kind=run.kind)
@@ -47,11 +49,11 @@ def memory_rows():
     return out
 
 
-def time_rows():
+def time_rows(rows):
     eff = ce.st.fitted_efficiency()
     fitted, per_op, (band_lo, band_hi) = eff["fitted"], eff["seconds_per_op"], eff["range"]
     out = []
-    for row in blind.TIME_ROWS:
+    for row in rows:
         predicted = ce.predicted_tokens_per_second(row, fitted, per_op)
         ratio = predicted / float(row["tokens_per_sec"])
         out.append({"row": row, "pred": predicted, "ratio": ratio, "inside": band_lo <= ratio <= band_hi})
@@ -77,10 +79,11 @@ def summary(mem, tim, eff) -> list[str]:
     return lines
 
 
-def report(mem, tim, eff) -> str:
+def report(file, mem, tim, eff) -> str:
     head = summary(mem, tim, eff)
+    command = "python benchmarks/mac_unseen.py" + ("" if file == blind.FILE else f" --file {file}")
     lines = ["# The Mac estimates on unseen public runs (blind)", "",
-             f"Written by `python benchmarks/mac_unseen.py` from `benchmarks/evidence/{blind.FILE}`: public "
+             f"Written by `{command}` from `benchmarks/evidence/{file}`: public "
              "mlx-lm fine-tuning logs from Apple silicon, read into runs (`benchmarks/mac_runs_blind.py`) without an "
              "estimate, then scored with the memory model (form, coefficients, ranges: "
              "`mlxfit/data/coefficients.json`, `ranges.json`) and the Mac time model (`mlxfit/estimate/step_time.py`, "
@@ -118,15 +121,21 @@ def report(mem, tim, eff) -> str:
               "larger and the predicted pace an upper bound).", "",
               "## Found but not scored", "",
               "Public Mac runs with a logged peak that the existing path cannot reproduce as their logs state:", ""]
-    lines += [f"- {what}: {why}." for what, why in blind.NOT_SCORED]
+    lines += [f"- {what}: {why}." for what, why in blind.SETS[file][2]]
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
-    mem = memory_rows()
-    tim, eff = time_rows()
-    text = report(mem, tim, eff)
-    RESULT.write_text(text, encoding="utf-8")
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Score a blind file of public Mac runs with the shipped model.")
+    ap.add_argument("--file", choices=list(blind.SETS), default=blind.FILE)
+    file = ap.parse_args().file
+    runs, time, _ = blind.SETS[file]
+    mem = memory_rows(runs)
+    tim, eff = time_rows(time)
+    text = report(file, mem, tim, eff)
+    RESULTS[file].write_text(text, encoding="utf-8")
     print(text)
     return 0
 
