@@ -320,7 +320,7 @@ NOT_SCORED_SECOND = (
 
 TIME_ROWS_SECOND = (
     {"key": "llama3.1-8b-4bit-jacq-m3ultra-b1-1024-ckpt", "chip": "M3 Ultra", "gpu_cores": "",
-     "model": "mlx-community/Meta-Llama-3.1-8B-Instruct-4bit", "method": "qlora", "batch_size": "1", "width": "1024",
+     "model": "meta-llama/Llama-3.1-8B-Instruct", "method": "qlora", "batch_size": "1", "width": "1024",
      "tokens_per_step": "997", "num_layers": "16", "lora_keys": "", "grad_checkpoint": "yes", "rank": "8",
      "tokens_per_sec": "548.127", "trust": "medium"},
 )
