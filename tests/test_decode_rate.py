@@ -28,9 +28,10 @@ def tiny(tmp_path):
     return resolve_model(str(tmp_path))
 
 
-def decoding_step_graph(blocks: int, path) -> str:
+def decoding_step_graph(blocks: int, path, lora: bool = False) -> str:
     """MLX's graph of one decoding step of mlx-lm's BatchGenerator on the minimal Llama
-    of `blocks` blocks, with GRPO's sampler, as mx.export_to_dot writes it."""
+    of `blocks` blocks (every linear LoRA-adapted with `lora`), with GRPO's sampler, as
+    mx.export_to_dot writes it."""
     import mlx.core as mx
     from mlx_lm.generate import BatchGenerator
     from mlx_lm.sample_utils import make_sampler
@@ -40,6 +41,12 @@ def decoding_step_graph(blocks: int, path) -> str:
 
     model = random_model({**decode_rate.decode_config("float32"), "num_hidden_layers": blocks}, mx.float32)
     materialize(model)
+    if lora:
+        from mlx_lm.tuner.utils import linear_to_lora_layers
+
+        model.freeze()
+        linear_to_lora_layers(model, blocks, {"rank": 8, "scale": 20.0, "dropout": 0.0})
+        materialize(model)
     model.eval()
     sampler = make_sampler(GRPO_SAMPLING["temperature"], top_p=GRPO_SAMPLING["top_p"], top_k=GRPO_SAMPLING["top_k"])
     generator = BatchGenerator(model, stop_tokens=None, sampler=sampler, completion_batch_size=1, prefill_batch_size=1)
@@ -64,6 +71,16 @@ def test_a_decoding_steps_operations_are_counted_from_mlxs_graph(tmp_path):
         graph = decoding_step_graph(blocks, tmp_path / f"{blocks}.dot")
         assert graph.count("shape=rectangle") == DECODE_OPS + DECODE_BLOCK_OPS * blocks
     assert decode_ops(from_config("m", decode_rate.decode_config("float32"))) == DECODE_OPS + DECODE_BLOCK_OPS
+
+
+def test_a_lora_adapters_decoding_operations_are_counted_from_mlxs_graph(tmp_path):
+    """Counted as the block's are (views included): its two products, their flattening and
+    unflattening, the scale's broadcast, the multiply and the add, beyond the layer's own."""
+    from mlxfit.estimate.step_work import ADAPTER_FORWARD_OPS, DECODE_BLOCK_OPS, DECODE_OPS
+
+    for blocks in (1, 2):
+        graph = decoding_step_graph(blocks, tmp_path / f"{blocks}.dot", lora=True)
+        assert graph.count("shape=rectangle") == DECODE_OPS + blocks * (DECODE_BLOCK_OPS + 7 * ADAPTER_FORWARD_OPS)
 
 
 def timed_step_graph(blocks: int, path) -> str:
@@ -171,12 +188,12 @@ def test_grpo_generation_counts_each_decoding_steps_operations_at_the_loops_rate
     speed = st.measured_speed(RATES)
     # The trained block's 7 LoRA adapters add their forward's operations each step.
     assert "(self.dropout(x) @ self.lora_a) @ self.lora_b" in inspect.getsource(LoRALinear.__call__)
-    ops = decode_ops(tiny) + 7 * 5
+    ops = decode_ops(tiny) + 7 * 9
     assert decode_ops(tiny) == 64 + 2 * 132
     one = st.decode_step_seconds(tiny, training, speed, 2)
     assert one == pytest.approx(st.decode_work_seconds(tiny, speed, 2) + ops * 2e-5)
     assert st.decode_step_seconds(tiny, replace(training, fine_tune_type="full"), speed, 2) == pytest.approx(
-        one - 7 * 5 * 2e-5)
+        one - 7 * 9 * 2e-5)
     # Where the loop's rate was not measured (a named Mac), at the cost of any operation.
     bare = replace(speed, decode_op_seconds=0.0)
     assert st.decode_step_seconds(tiny, training, bare, 2) == pytest.approx(

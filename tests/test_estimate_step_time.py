@@ -314,10 +314,10 @@ def test_grpo_generates_its_group_in_rounds_of_batch_size_rows(tiny):
     assert step.operations == (sum(policy.values()) + st.forward_operations(tiny, 9, 8)
                                + 24 * st.forward_operations(tiny, 1, 2) + st.forward_operations(tiny, 4, 2))
 
-def test_the_loss_rate_times_mlx_lm_loss_alone(tiny):
-    """The loss rate is measured on mlx-lm's default_loss; mlx-lm-lora's losses are its own
-    (DPO's over logits cast to float32 first, GRPO's compiled log-probabilities), so their
-    passes and exps stay counted."""
+def test_the_loss_rate_times_mlx_lm_loss_and_its_equals(tiny):
+    """The loss rate is measured on mlx-lm's default_loss; DPO's is the same cross-entropy
+    over logits cast to float32 (so the same work in a float32 model, its own in half
+    precision), GRPO's compiled log-probabilities its own: counted."""
     import inspect
 
     from mlx_lm_lora.trainer import dpo_trainer, grpo_trainer
@@ -333,8 +333,10 @@ def test_the_loss_rate_times_mlx_lm_loss_alone(tiny):
     counted = st.Speed(1e9, 1e8, "x", (1, 1), transcendentals_per_second=1e6, seconds_per_op=1e-6)
     timed = replace(counted, loss_per_second=1.0)
     assert st.step_time(tiny, training, timed).seconds > st.step_time(tiny, training, counted).seconds + 1
-    assert st.dpo_step_time(tiny, training, timed).seconds == pytest.approx(
-        st.dpo_step_time(tiny, training, counted).seconds)
+    assert st.dpo_step_time(tiny, training, timed).seconds > st.dpo_step_time(tiny, training, counted).seconds + 1
+    half = replace(tiny, config={**tiny.config, "torch_dtype": "bfloat16"})
+    assert st.dpo_step_time(half, training, timed).seconds == pytest.approx(
+        st.dpo_step_time(half, training, counted).seconds)
     assert st.grpo_step_time(tiny, training, timed, 4, 4, 5).seconds == pytest.approx(
         st.grpo_step_time(tiny, training, counted, 4, 4, 5).seconds)
 

@@ -32,8 +32,8 @@ from ..errors import BadInput
 from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
 from .duration import forward_operations, phase_operations
-from .step_work import (ADAPTER_FORWARD_OPS, FLOAT32_BYTES, LOSS_EXPS, LOSS_PASSES, OPTIMIZER_OPS, Work, adapted_layers,
-                        decode_ops, forward_work, step_work, trainable_arrays)
+from .step_work import (ADAPTER_FORWARD_OPS, FLOAT32_BYTES, LOSS_EXPS, LOSS_PASSES, OPTIMIZER_OPS, Work,
+                        activation_bytes, adapted_layers, decode_ops, forward_work, step_work, trainable_arrays)
 
 MEASURED_BASIS = "rates measured on this machine"
 # The spread of measured over predicted step time on this machine (a factor on the
@@ -218,6 +218,13 @@ def _own_loss(work: Work) -> Work:
     return replace(work, loss_logits=0)
 
 
+def _pair_loss(work: Work, model: ModelInfo) -> Work:
+    """DPO's, CPO's and ORPO's log-probabilities are nn.losses.cross_entropy, default_loss's,
+    over logits cast to float32 (ORPO's uncast): in a float32 model the same work the loss
+    rate times; in half precision the cast and float32 logits are their own, counted."""
+    return work if activation_bytes(model) == FLOAT32_BYTES else _own_loss(work)
+
+
 def dpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, length: int | None = None,
                   reference: bool = True) -> StepTime:
     """A DPO (or CPO/ORPO) step: the policy's forward and backward over the chosen and
@@ -228,7 +235,7 @@ def dpo_step_time(model: ModelInfo, training: TrainingConfig, speed: Speed, leng
     width = training.batch_width(length)
     rate = speed.operations_per_second
     phases = _with_work({k: v / rate for k, v in policy.items()},
-                        _own_loss(step_work(model, training, length, sequences=rows)), speed)
+                        _pair_loss(step_work(model, training, length, sequences=rows), model), speed)
     if not reference:
         return StepTime(phases, sum(policy.values()), _floor(model, training, speed))
     reference_ops = forward_operations(model, max(width - 1, 1), rows)

@@ -61,7 +61,10 @@ ADAPTER_OPS = 10  # a LoRA adapter, forward and backward
 # rest (the embedding, the last norm and head, the log-softmax, the sampler's sort and draw).
 DECODE_BLOCK_OPS = 132
 DECODE_OPS = 64
-ADAPTER_FORWARD_OPS = 5  # mlx_lm/tuner/lora.py LoRALinear: x @ a, @ b, * scale, astype, + the layer's
+# A LoRA adapter's forward in a decoding step, counted as the block's are (views included): MLX's graph
+# of mlx_lm/tuner/lora.py LoRALinear over (rows, 1, hidden): two products, their flattening and
+# unflattening, the scale's broadcast, the multiply and the add, beyond the layer's own.
+ADAPTER_FORWARD_OPS = 9
 OPTIMIZER_OPS = 12  # Adam's update of one trainable array
 LOSS_OPS = 30
 
