@@ -37,10 +37,11 @@ from .step_work import (ADAPTER_FORWARD_OPS, FLOAT32_BYTES, LOSS_EXPS, LOSS_PASS
 
 MEASURED_BASIS = "rates measured on this machine"
 # The spread of measured over predicted step time on this machine (a factor on the
-# predicted seconds): the blind set of seed 1796504337 (benchmarks/results/step_time.md, 22
-# configurations, DPO and GRPO among them, 0.95-3.26). The later sets of seeds 1796518935 and
-# 1796529349 (docs/time.md: 0.85-1.67, 1.03-2.39) fall inside it; left as it is: the lead's call.
-MEASURED_RANGE = (0.9, 3.3)
+# predicted seconds): 3.3 above, the highest of the blind set of seed 1796504337 (a busy machine,
+# benchmarks/results/step_time.md); 0.8 below, under the lowest of any blind set since (0.83 and
+# 0.85, seeds 1796595979 and 1796596637, bfloat16 SFT steps faster than their rates predict), which
+# 0.9 did not hold. Set after those sets were read: a later set judges it.
+MEASURED_RANGE = (0.8, 3.3)
 
 
 @dataclass(frozen=True)
