@@ -72,6 +72,8 @@ def summary(mem, tim, eff) -> list[str]:
                 f"worst {max((m['error'] for m in exact), key=abs):+.1%}; " if exact else "no exact-length run; ")
              + f"median range width {statistics.median(widths):.0%} of the estimate."]
     ratios = [t["ratio"] for t in tim]
+    if not ratios:
+        return lines + ["Time: no run with a chip and a logged pace."]
     lines.append(f"Time: {len(tim)} runs with a chip and a logged pace; predicted / logged tokens per second "
                  f"{', '.join(f'{x:.2f}' for x in ratios)}; median |error| "
                  f"{statistics.median(abs(x - 1) for x in ratios):.0%}; {sum(t['inside'] for t in tim)} of {len(tim)} "
