@@ -327,5 +327,40 @@ NOT_TIMED_SECOND = (
     ("llama3.1-8b-4bit-jacq-m3ultra-b1-1024-ckpt", "a fitted run's pace (NOT_SCORED_SECOND)"),
 )
 
+# The fourth blind set: benchmarks/evidence/mac_runs_blind3.csv, 5 public runs found on 2026-12-06 by a
+# second search that estimated nothing (duplicates checked by project, peak, pace and model as well as by
+# source), for the same frozen model; read here before any was scored.
+THIRD_FILE = "mac_runs_blind3.csv"
+
+RUNS_THIRD: tuple[ev.Run, ...] = (
+    _run("neuralbeagle14-7b-4bit-b2-16-layers-awni-cast", 2, "mlx-examples#613", "mistralai/Mistral-7B-v0.1",
+         dict(batch_size=2, num_layers=16, quantize=True), (99, 2048), 6.093, 0.0005, "2024-03-24", "0.8", "medium",
+         "NeuralBeagle14-7B is a merge of Mistral-7B fine-tunes, read as Mistral-7B-v0.1's architecture in mlx's 4 "
+         "bits, group 64; batch 2, 16 blocks stated, rank 8 and keys q,v the defaults of the time (no trainable "
+         "count in the excerpt); the lora example's WikiSQL rows, ~100 tokens a row logged (~200 a step), the "
+         "longest up to the 2048 cap; GiB (mlx-lm before 2024-11-07); the step read by its date (PR #608 of "
+         "2024-03-24 ended the compiled step); MLX 0.8, the one current then",
+         file=THIRD_FILE, config=CONVERT_Q4),
+    _run("qwen2.5-1.5b-instruct-dora-4-layers-b1-4096-ckpt-muon", 4, "mlx#1914", "Qwen/Qwen2.5-1.5B-Instruct",
+         dict(fine_tune_type="dora", batch_size=1, num_layers=4, grad_checkpoint=True, optimizer="muon",
+              max_seq_length=4096), 3256, 12.744, 0.0005, "2025-02-28", "0.23", "medium",
+         "every flag stated (DoRA, batch 1, 4 blocks, cap 4096, checkpointed), rank 8 and keys q,v the defaults of "
+         "the time (no trainable count in the excerpt), the Muon optimizer of the MLX PR the log is from; the peak "
+         "jumped to 12.744 at iteration 2, whose one row trained 3255 tokens (a 3256-token row, a multiple of 8: "
+         "no padding), and stayed there to iteration 20, so that row is the widest batch up to the report; the "
+         "step not compiled (before 2025-03-25); MLX 0.23, the one current then", file=THIRD_FILE),
+)
+
+NOT_SCORED_THIRD = (
+    ("gemma-2b-it-m1max-64gb-b4-2400-default-layers (row 0): google/gemma-2b-it at batch 4, cap 2400, on an M1 "
+     "Max with 64 GB", "Gemma 1 is not in mlxfit's catalog, and the peak (69.2 GiB) is past the machine's memory: "
+     "the run swapped"),
+    ("qwen1.5-0.5b-default-b4-2048-danny-su (row 1): Qwen/Qwen1.5-0.5B at mlx-lm's defaults",
+     "Qwen1.5 is not in mlxfit's catalog"),
+    ("llama3.1-8b-8bit-m3max-64gb-32-layers-fredrik (row 3): Llama 3.1 8B in the user's 8-bit quantization, all "
+     "32 blocks", "the batch and the length cap are in a config file that was not read"),
+)
+
 # Each blind file: its runs, pace rows and the rows found but not scored.
-SETS = {FILE: (RUNS, TIME_ROWS, NOT_SCORED), SECOND_FILE: (RUNS_SECOND, TIME_ROWS_SECOND, NOT_SCORED_SECOND)}
+SETS = {FILE: (RUNS, TIME_ROWS, NOT_SCORED), SECOND_FILE: (RUNS_SECOND, TIME_ROWS_SECOND, NOT_SCORED_SECOND),
+        THIRD_FILE: (RUNS_THIRD, (), NOT_SCORED_THIRD)}

@@ -34,7 +34,8 @@ from mlxfit.estimate.detailed import coefficients  # noqa: E402
 from mlxfit.estimate.uncertainty import range_factors  # noqa: E402
 
 RESULTS = {blind.FILE: ROOT / "benchmarks" / "results" / "mac_unseen.md",
-           blind.SECOND_FILE: ROOT / "benchmarks" / "results" / "mac_unseen_blind2.md"}
+           blind.SECOND_FILE: ROOT / "benchmarks" / "results" / "mac_unseen_blind2.md",
+           blind.THIRD_FILE: ROOT / "benchmarks" / "results" / "mac_unseen_blind3.md"}
 
 
 def memory_rows(runs):

@@ -57,7 +57,7 @@ def test_the_module_imports_nothing_that_estimates():
 
 
 def test_each_run_builds_its_settings_and_widths():
-    for run in mb.RUNS + mb.RUNS_SECOND:
+    for run in mb.RUNS + mb.RUNS_SECOND + mb.RUNS_THIRD:
         t = run.training_config()
         lo, hi = run.lengths()
         assert 1 <= lo <= hi <= t.max_seq_length
