@@ -314,6 +314,7 @@ def test_grpo_generates_its_group_in_rounds_of_batch_size_rows(tiny):
     assert step.operations == (sum(policy.values()) + st.forward_operations(tiny, 9, 8)
                                + 24 * st.forward_operations(tiny, 1, 2) + st.forward_operations(tiny, 4, 2))
 
+
 def test_the_loss_rate_times_mlx_lm_loss_and_its_equals(tiny):
     """The loss rate is measured on mlx-lm's default_loss; DPO's is the same cross-entropy
     over logits cast to float32 (so the same work in a float32 model, its own in half

@@ -32,8 +32,8 @@ from ..errors import BadInput
 from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
 from .duration import forward_operations, phase_operations
-from .step_work import (ADAPTER_FORWARD_OPS, FLOAT32_BYTES, LOSS_EXPS, LOSS_PASSES, OPTIMIZER_OPS, Work,
-                        activation_bytes, adapted_layers, decode_ops, forward_work, step_work, trainable_arrays)
+from .step_work import (ADAPTER_FORWARD_OPS, FLOAT32_BYTES, OPTIMIZER_OPS, Work, activation_bytes, adapted_layers,
+                        decode_ops, forward_work, step_work, trainable_arrays)
 
 MEASURED_BASIS = "rates measured on this machine"
 # The spread of measured over predicted step time on this machine (a factor on the
@@ -182,17 +182,15 @@ def elementwise_seconds(work: Work, speed: Speed) -> float:
     """The passes over the activations at the elementwise rate, and the exps at theirs
     (the attention's at the softmax's where the machine has that rate); the loss's logits
     at the loss's rate where the machine has one, its counted passes and exps left out."""
-    traffic, transcendentals = work.traffic_bytes, work.transcendentals
     seconds = 0.0
     if speed.loss_per_second and work.loss_logits:
-        traffic -= LOSS_PASSES * FLOAT32_BYTES * work.loss_logits
-        transcendentals -= LOSS_EXPS * work.loss_logits
         seconds += work.loss_logits / speed.loss_per_second
+        work = work.loss_apart()
     if speed.bytes_per_second:
-        seconds += traffic / speed.bytes_per_second
+        seconds += work.traffic_bytes / speed.bytes_per_second
     if speed.transcendentals_per_second:
         scores = work.scores if speed.softmax_per_second else 0
-        seconds += (transcendentals - scores) / speed.transcendentals_per_second
+        seconds += (work.transcendentals - scores) / speed.transcendentals_per_second
         if scores:
             seconds += scores / speed.softmax_per_second
     if speed.roots_per_second:

@@ -34,7 +34,7 @@ the machine's cost per operation. Pure functions: they return data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..model.resolve import ModelInfo
 from ..model.training import TrainingConfig
@@ -88,6 +88,12 @@ class Work:
     def times(self, n: int) -> "Work":
         return Work(self.traffic_bytes * n, self.transcendentals * n, self.ops * n, self.scores * n, self.roots * n,
                     self.loss_logits * n)
+
+    def loss_apart(self) -> "Work":
+        """This work less its loss's counted passes and exps (for a machine that times the
+        loss whole: `loss_logits` at its rate)."""
+        return replace(self, traffic_bytes=self.traffic_bytes - LOSS_PASSES * FLOAT32_BYTES * self.loss_logits,
+                       transcendentals=self.transcendentals - LOSS_EXPS * self.loss_logits, loss_logits=0)
 
 
 def activation_bytes(model: ModelInfo) -> int:
