@@ -1,9 +1,9 @@
 """The shipped Mac estimates on public Mac runs that no fit or design choice has seen.
 
-    python benchmarks/mac_unseen.py [--file mac_runs_blind2.csv]
+    python benchmarks/mac_unseen.py [--file mac_runs_blind2.csv | mac_runs_blind3.csv]
 
-benchmarks/evidence/mac_runs_blind.csv (the default) and mac_runs_blind2.csv (found later, for the
-same frozen model) hold public mlx-lm fine-tuning logs from Apple silicon
+benchmarks/evidence/mac_runs_blind.csv (the default), mac_runs_blind2.csv and mac_runs_blind3.csv
+(found later, for the same frozen model) hold public mlx-lm fine-tuning logs from Apple silicon
 found while the memory model changed and read into runs (benchmarks/mac_runs_blind.py) without
 any estimate; the model (its form, coefficients and ranges) and the Mac time model
 (mlxfit/estimate/step_time.py with the efficiency in mlxfit/data/apple_chips.json) were frozen
@@ -13,8 +13,8 @@ through the same path as the fitted ones: memory with benchmarks/mac_runs.py's r
 benchmarks/mac_evidence.py's error and range check, with the shipped Metal coefficients and
 ranges; time with benchmarks/chip_efficiency.py's predicted tokens per second and the shipped
 efficiency, cost per operation and range. Nothing here is fitted. Writes
-benchmarks/results/mac_unseen.md (mac_unseen_blind2.md for the second file). (The set scored blind before, mac_runs_unseen.csv, is fitted
-since: docs/accuracy.md keeps its blind figures.)
+benchmarks/results/mac_unseen.md (mac_unseen_blind2.md, mac_unseen_blind3.md for the later files). (The
+set scored blind before, mac_runs_unseen.csv, is fitted since: docs/accuracy.md keeps its blind figures.)
 """
 
 from __future__ import annotations
@@ -33,9 +33,14 @@ import mac_runs_blind as blind  # noqa: E402
 from mlxfit.estimate.detailed import coefficients  # noqa: E402
 from mlxfit.estimate.uncertainty import range_factors  # noqa: E402
 
-RESULTS = {blind.FILE: ROOT / "benchmarks" / "results" / "mac_unseen.md",
-           blind.SECOND_FILE: ROOT / "benchmarks" / "results" / "mac_unseen_blind2.md",
-           blind.THIRD_FILE: ROOT / "benchmarks" / "results" / "mac_unseen_blind3.md"}
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def result_path(file: str) -> Path:
+    """mac_unseen.md for the first blind file, mac_unseen_blind2.md for mac_runs_blind2.csv, and so on."""
+    if file == blind.FILE:
+        return RESULTS / "mac_unseen.md"
+    return RESULTS / f"mac_unseen_{Path(file).stem.removeprefix('mac_runs_')}.md"
 
 
 def memory_rows(runs):
@@ -138,7 +143,7 @@ def main() -> int:
     mem = memory_rows(runs)
     tim, eff = time_rows(time)
     text = report(file, mem, tim, eff)
-    RESULTS[file].write_text(text, encoding="utf-8")
+    result_path(file).write_text(text, encoding="utf-8")
     print(text)
     return 0
 

@@ -17,6 +17,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import mac_runs_blind as mb  # noqa: E402
 
+EVERY_RUN = [run for runs, _, _ in mb.SETS.values() for run in runs]
+
+
 def _rows(file):
     return list(csv.DictReader(open(ROOT / "benchmarks" / "evidence" / file, encoding="utf-8")))
 
@@ -57,7 +60,7 @@ def test_the_module_imports_nothing_that_estimates():
 
 
 def test_each_run_builds_its_settings_and_widths():
-    for run in mb.RUNS + mb.RUNS_SECOND + mb.RUNS_THIRD:
+    for run in EVERY_RUN:
         t = run.training_config()
         lo, hi = run.lengths()
         assert 1 <= lo <= hi <= t.max_seq_length
@@ -92,6 +95,6 @@ def _adapted(run) -> int:
     ("qwen2.5-1.5b-4bit-assistente-medico-rank16-b2-8-layers", 5.276e6),
 ])
 def test_the_reading_reproduces_the_logged_trainable_parameters(key, logged):
-    run = next(r for r in mb.RUNS + mb.RUNS_SECOND if r.key == key)
+    run = next(r for r in EVERY_RUN if r.key == key)
     printed = 0.05e6 if key.startswith("llama3.2-3b-bf16-raif") else 0.0005e6  # half the printed precision
     assert abs(_adapted(run) - logged) <= printed + 1e-9 * logged
