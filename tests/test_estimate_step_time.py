@@ -34,7 +34,7 @@ def test_chip_table_loads_and_every_row_cites_apple():
     assert len(chips) >= 12
     for c in chips:
         assert c.sources and all(s.startswith("https://www.apple.com/newsroom/") for s in c.sources), c.name
-        assert c.gpu_cores > 0 and c.peak_operations > 0 and c.bandwidth > 0 and c.memory_gb
+        assert c.gpu_cores > 0 and c.gemm_operations > 0 and c.bandwidth > 0 and c.memory_gb
     fit = st.fitted_efficiency()
     assert 0 < fit["fitted"] <= 1
     low, high = fit["range"]
@@ -376,3 +376,14 @@ def test_evaluations_are_counted_as_train_evaluates_without_listing_them():
         for every in range(1, 40):
             assert evaluations(iters, every) == len({1, iters} | set(range(every, iters + 1, every)))
     assert evaluations(5 * 10**11, 200) == 2_500_000_001  # a plan's batch 2 of a batch of 10^9: no list of them
+
+
+def test_a_chips_rate_is_its_cores_at_the_rate_measured_for_its_generations_core():
+    table = st.chip_table()["gemm_per_core"]
+    for c in st.chips():
+        measured = table[st.generation(c.name)]
+        assert measured["source"].startswith("https://github.com/") and measured["measured_on"]
+        assert c.gemm_operations == pytest.approx(c.gpu_cores * measured["tflops_per_core"] * 1e12)
+    # The chips measured give back their measurement: the M4 Max's 40 cores, 13.27 TFLOPS.
+    assert st.find_chip("M4 Max").gemm_operations == pytest.approx(13.27e12, rel=1e-3)
+    assert st.find_chip("M2 Ultra").gemm_operations == pytest.approx(20e12, rel=1e-3)

@@ -15,9 +15,10 @@ measured on this machine as a rate.
 
 The rates are a `Speed`: on this machine, measured here (the caller measures them,
 mlxfit/measure/rate.py, and passes them in: nothing here runs or times anything); on
-a named Mac its peak half-precision rate and bandwidth from
-mlxfit/data/apple_chips.json, with two figures fitted on public mlx-lm logs: the
-share of the peak its products reach and the cost of one Metal operation
+a named Mac its matrix-product rate (its GPU cores at the rate a core of its
+generation was measured to reach) and bandwidth from mlxfit/data/apple_chips.json,
+with two figures fitted on public mlx-lm logs: the share of that rate a training
+step's products reach and the cost of one Metal operation
 (benchmarks/chip_efficiency.py writes them, with the error on the runs the fit did
 not see, which is the range). Pure functions: they return data and never print.
 """
@@ -48,7 +49,7 @@ MEASURED_RANGE = (0.8, 3.3)
 class Chip:
     name: str
     gpu_cores: int
-    peak_operations: float  # per second, half precision
+    gemm_operations: float  # per second: its cores at their generation's measured matrix-product rate
     bandwidth: float  # bytes per second
     memory_gb: tuple[int, ...]
     sources: tuple[str, ...]
@@ -61,10 +62,16 @@ def chip_table() -> dict:
     return json.loads(data_text("apple_chips.json"))
 
 
+def generation(name: str) -> str:
+    """"M3 Max" -> "M3": the generation whose GPU core the chip has."""
+    return name.split()[0]
+
+
 def chips() -> list[Chip]:
-    rows = chip_table()["chips"]
-    return [Chip(r["chip"], r["gpu_cores"], r["peak_fp16_tflops"] * 1e12, r["bandwidth_gb_s"] * 1e9,
-                 tuple(r["memory_gb"]), tuple(r["source"])) for r in rows]
+    table = chip_table()
+    per_core = table["gemm_per_core"]
+    return [Chip(r["chip"], r["gpu_cores"], r["gpu_cores"] * per_core[generation(r["chip"])]["tflops_per_core"] * 1e12,
+                 r["bandwidth_gb_s"] * 1e9, tuple(r["memory_gb"]), tuple(r["source"])) for r in table["chips"]]
 
 
 def _key(name: str) -> str:
@@ -147,9 +154,9 @@ def fitted_efficiency() -> dict:
 
 
 def chip_speed(chip: Chip) -> Speed:
-    """A named Mac: its peak at the fitted efficiency, its bandwidth as the floor."""
+    """A named Mac: its matrix-product rate at the fitted efficiency, its bandwidth as the floor."""
     fit = fitted_efficiency()
-    return Speed(chip.peak_operations * fit["fitted"], chip.bandwidth, f"{chip.name}, fitted efficiency",
+    return Speed(chip.gemm_operations * fit["fitted"], chip.bandwidth, f"{chip.name}, fitted efficiency",
                  tuple(fit["range"]), chip=chip.name, seconds_per_op=fit.get("seconds_per_op", 0.0))
 
 
