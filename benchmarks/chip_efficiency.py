@@ -201,7 +201,8 @@ def main(score_blind: bool = False):
 def score_file(name: str):
     """Score every run of a further blind file with the shipped figures (nothing is fitted or
     written into the table): its rows were found after the form was frozen."""
-    rows = list(csv.DictReader(open(EVIDENCE.parent / name, encoding="utf-8")))
+    found = list(csv.DictReader(open(EVIDENCE.parent / name, encoding="utf-8")))
+    rows = [r for r in found if r["split"] == "blind"]  # the rest say in their notes why they are not scored
     shipped = st.fitted_efficiency()
     fitted, per_op, band = shipped["fitted"], shipped["seconds_per_op"], tuple(shipped["range"])
     ratios = _ratios(rows, fitted, per_op)
@@ -219,6 +220,10 @@ def score_file(name: str):
         lines.append(f"| {r['chip']} | {Path(r['model']).name} | {r['batch_size']} x {r['width']} | "
                      f"{float(r['tokens_per_sec']):.0f} | {float(r['tokens_per_sec']) * ratio:.0f} | {ratio:.2f} | "
                      f"{r['trust']} |")
+    left = [r for r in found if r["split"] != "blind"]
+    if left:
+        lines += ["", f"Not scored ({len(left)}, decided before any estimate of them; their notes say why): "
+                  + "; ".join(f"{Path(r['model']).name} on an {r['chip']}" for r in left) + "."]
     lines += ["", f"Blind ({result['runs']} runs, {len(chips)} chips: {', '.join(chips)}): median error of the predicted "
               f"tokens per second {result['median_error']:.0%}, worst {result['worst_error']:.0%}, "
               f"{result['within_30']} of {result['runs']} within 30%; the range holds {result['in_range']} of "
