@@ -361,6 +361,89 @@ NOT_SCORED_THIRD = (
      "32 blocks", "the batch and the length cap are in a config file that was not read"),
 )
 
+# The fifth and sixth blind sets: benchmarks/evidence/mac_runs_blind4.csv (9 runs found on 2026-12-07 in
+# committed files: eight of one project's ledger, one train.log) and mac_runs_blind5.csv (1 run, issue and
+# page threads), found by two searches that estimated nothing, for the memory model frozen at 9cb8695; read
+# here before any was scored. Their paces are mac_throughput_blind2.csv's and _blind3.csv's
+# (benchmarks/chip_efficiency.py --file).
+FOURTH_FILE = "mac_runs_blind4.csv"
+FIFTH_FILE = "mac_runs_blind5.csv"
+SPOKE = "github.com/lolrazh/mlx"
+SPOKE_TRAINING = dict(batch_size=4, rank=8, scale=2.0, dropout=0.05, max_seq_length=512)
+SPOKE_HOW = ("the Spoke ledger (LEDGER.md, config.yaml history, agent logs) of one M4 MacBook Air with 24 GB, mlx-lm "
+             "0.30.5 on MLX 0.30.6 (installed 03-03, read for the runs of 03-01..03): rank 8, scale 2, dropout 0.05, "
+             "batch 4, mask_prompt, max_seq_length 512, every linear of the adapted blocks (the ledger's trainable "
+             "count agrees); the peak as the ledger states it, to 0.1 GB, of the whole run (its validation of the 20 "
+             "valid rows every 50 steps included), every training row trained before it")
+V4_LONGEST = ("; the v4 rows are 106-227 tokens with Qwen3's tokenizer (the author's statistics of the full "
+              "sequences), so the widest batch holds the 227-token row")
+OTHER_TOKENIZER = ("; the rows of its data are those of v4 (106-227 Qwen3 tokens, v3's about the same in characters), "
+                   "counted by another tokenizer: the longest read as at least {lo} tokens and at most the 512 cap")
+QWEN3_2507 = ("Qwen3-4B-Instruct-2507 read as Qwen3-4B's architecture (the same dimensions: 16.5M trainable = 36 x "
+              "458,752 at rank 8 over every linear)")
+
+RUNS_FOURTH: tuple[ev.Run, ...] = (
+    _run("spoke-qwen3-4b-it-2507-bf16-36l-b4-v4-t2v4", 0, SPOKE, "Qwen/Qwen3-4B",
+         dict(SPOKE_TRAINING, num_layers=36), 227, 18.6, 0.05, "2026-03-03", "0.30", "medium",
+         SPOKE_HOW + "; run T2-v4: adam, all 36 blocks, not checkpointed; " + QWEN3_2507 + V4_LONGEST,
+         file=FOURTH_FILE),
+    _run("spoke-qwen3-4b-it-2507-8bit-36l-b4-v4", 1, SPOKE, "Qwen/Qwen3-4B",
+         dict(SPOKE_TRAINING, num_layers=36, quantize=True), 227, 16.4, 0.05, "2026-03-03", "0.30", "medium",
+         SPOKE_HOW + "; run Qwen3-8bit (mlx-community's 8-bit conversion, group 64 read as its default; killed at "
+         "~850 iterations, 3,400 rows: every row trained): adam, all 36 blocks, not checkpointed; " + QWEN3_2507
+         + V4_LONGEST, file=FOURTH_FILE, config={"quantization": {"bits": 8, "group_size": 64}}),
+    _run("spoke-qwen3-4b-it-2507-bf16-16l-b4-adamw-nockpt-t6b", 2, SPOKE, "Qwen/Qwen3-4B",
+         dict(SPOKE_TRAINING, num_layers=16, optimizer="adamw"), (140, 512), 14.1, 0.05, "2026-03-01", "0.30",
+         "medium", SPOKE_HOW + "; run T6b: AdamW, the last 16 blocks, not checkpointed, 500 iterations over the "
+         "447 v2 rows (~135-140 tokens a row from their characters; the longest not stated: at least that, at most "
+         "the cap); " + QWEN3_2507.replace("16.5M trainable = 36", "7.34M = 16"), file=FOURTH_FILE),
+    _run("spoke-qwen3-4b-it-2507-bf16-16l-b4-adamw-ckpt-t6", 3, SPOKE, "Qwen/Qwen3-4B",
+         dict(SPOKE_TRAINING, num_layers=16, optimizer="adamw", grad_checkpoint=True), (140, 512), 9.8, 0.05,
+         "2026-03-01", "0.30", "medium",
+         SPOKE_HOW + "; run T6: T6b's settings checkpointed, 200 iterations over the 447 v2 rows (800 rows: every "
+         "row trained; the longest not stated, as T6b's); " + QWEN3_2507.replace("16.5M trainable = 36", "7.34M = 16"),
+         file=FOURTH_FILE),
+    _run("spoke-llama-3.2-3b-it-bf16-28l-b4-v4-t2", 4, SPOKE, "mlx-community/Llama-3.2-3B-Instruct-bf16",
+         dict(SPOKE_TRAINING, num_layers=28), (200, 512), 15.2, 0.05, "2026-03-03", "0.30", "medium",
+         SPOKE_HOW + "; run Llama3-T2: adam, all 28 blocks, not checkpointed (12.2M = 28 x 434,176)"
+         + OTHER_TOKENIZER.format(lo=200), file=FOURTH_FILE),
+    _run("spoke-gemma-3-4b-it-bf16-34l-b4-ckpt-v3", 5, SPOKE, "mlx-community/gemma-3-4b-it-bf16",
+         dict(SPOKE_TRAINING, num_layers=34, grad_checkpoint=True), (180, 512), 11.6, 0.05, "2026-03-02", "0.30",
+         "medium", SPOKE_HOW + "; run Gemma3-T1: adam, all 34 blocks, checkpointed (14.9M), the text model mlx-lm "
+         "loads (gemma3_text)" + OTHER_TOKENIZER.format(lo=180), file=FOURTH_FILE),
+    _run("spoke-lfm2.5-1.2b-it-bf16-16l-b4-v3", 6, SPOKE, "LiquidAI/LFM2-1.2B",
+         dict(SPOKE_TRAINING, num_layers=16), (180, 512), 6.5, 0.05, "2026-03-02", "0.30", "medium",
+         SPOKE_HOW + "; run LFM2.5-T1: adam, all 16 blocks, not checkpointed (5.554M/1170.341M printed); "
+         "LFM2.5-1.2B-Instruct read as LFM2-1.2B's architecture (the same total)" + OTHER_TOKENIZER.format(lo=180),
+         file=FOURTH_FILE),
+    _run("spoke-lfm2-2.6b-exp-bf16-30l-b4-v3", 7, SPOKE, "LiquidAI/LFM2-2.6B",
+         dict(SPOKE_TRAINING, num_layers=30), (180, 512), 13.3, 0.05, "2026-03-01", "0.30", "medium",
+         SPOKE_HOW + "; run LFM2-T1: adam, all 30 blocks (8 of attention, 22 short convolutions), not checkpointed "
+         "(12.2M); LFM2-2.6B-Exp read as LFM2-2.6B's architecture (a checkpoint of it)"
+         + OTHER_TOKENIZER.format(lo=180), file=FOURTH_FILE),
+    _run("fraud-sentinel-qwen2.5-1.5b-it-4bit-8l-b4-256-m2-16gb", 8, "github.com/dev26/The-Relational-Data-Wrangler-Fraud-Sentinel",
+         "mlx-community/Qwen2.5-1.5B-Instruct-4bit",
+         dict(batch_size=4, num_layers=8, rank=8, scale=20.0, dropout=0.0, max_seq_length=256, quantize=True),
+         (120, 256), 2.682, 0.0005, "2026-04-01", "0.31", "high",
+         "every setting from its adapter_config.json (batch 4, 8 blocks, rank 8, scale 20, adam, max_seq_length "
+         "256, mask_prompt, not checkpointed) and its train.log (2.638M = 8 x 329,728: every linear); mlx-lm "
+         "0.31.2 or 0.31.3 (adapter_config has clear_cache_threshold, added 2026-03-13; the log still prints "
+         "Peak mem, which 0.32 does not), so MLX before 0.32.3; 790 rows of one instruction and one transaction's "
+         "features (~360-420 characters, ~110-130 tokens): the longest at least 120, at most the 256 cap; 2.682 GB "
+         "from iteration 125 of 200 (800 rows: about every row trained)", file=FOURTH_FILE),
+)
+
+NOT_SCORED_FOURTH: tuple = ()
+
+RUNS_FIFTH: tuple[ev.Run, ...] = ()
+
+NOT_SCORED_FIFTH = (
+    ("qwen1.5-moe-a2.7b-8bit-g128-b4-16-layers-angeloskath-qvm (row 0): a Qwen MoE in 8 bits (read as "
+     "Qwen1.5-MoE-A2.7B from its trainable count) at mlx-lm's defaults of 2024-05 (mlx PR #1140)",
+     "Qwen1.5-MoE is not in mlxfit's catalog, and the model is named only by its folder"),
+)
+
 # Each blind file: its runs, pace rows and the rows found but not scored.
 SETS = {FILE: (RUNS, TIME_ROWS, NOT_SCORED), SECOND_FILE: (RUNS_SECOND, TIME_ROWS_SECOND, NOT_SCORED_SECOND),
-        THIRD_FILE: (RUNS_THIRD, (), NOT_SCORED_THIRD)}
+        THIRD_FILE: (RUNS_THIRD, (), NOT_SCORED_THIRD), FOURTH_FILE: (RUNS_FOURTH, (), NOT_SCORED_FOURTH),
+        FIFTH_FILE: (RUNS_FIFTH, (), NOT_SCORED_FIFTH)}
