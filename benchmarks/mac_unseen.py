@@ -1,9 +1,9 @@
 """The shipped Mac estimates on public Mac runs that no fit or design choice has seen.
 
-    python benchmarks/mac_unseen.py [--file mac_runs_blind2.csv | mac_runs_blind3.csv]
+    python benchmarks/mac_unseen.py [--file mac_runs_blind2.csv | ... | mac_runs_blind5.csv]
 
-benchmarks/evidence/mac_runs_blind.csv (the default), mac_runs_blind2.csv and mac_runs_blind3.csv
-(found later, for the same frozen model) hold public mlx-lm fine-tuning logs from Apple silicon
+benchmarks/evidence/mac_runs_blind.csv (the default) and mac_runs_blind2.csv to mac_runs_blind5.csv
+(found later, for the same frozen memory model) hold public mlx-lm fine-tuning logs from Apple silicon
 found while the memory model changed and read into runs (benchmarks/mac_runs_blind.py) without
 any estimate; the model (its form, coefficients and ranges) and the Mac time model
 (mlxfit/estimate/step_time.py with the efficiency in mlxfit/data/apple_chips.json) were frozen
@@ -13,7 +13,7 @@ through the same path as the fitted ones: memory with benchmarks/mac_runs.py's r
 benchmarks/mac_evidence.py's error and range check, with the shipped Metal coefficients and
 ranges; time with benchmarks/chip_efficiency.py's predicted tokens per second and the shipped
 efficiency, cost per operation and range. Nothing here is fitted. Writes
-benchmarks/results/mac_unseen.md (mac_unseen_blind2.md, mac_unseen_blind3.md for the later files). (The
+benchmarks/results/mac_unseen.md (mac_unseen_blind2.md and so on for the later files). (The
 set scored blind before, mac_runs_unseen.csv, is fitted since: docs/accuracy.md keeps its blind figures.)
 """
 
@@ -67,6 +67,9 @@ def time_rows(rows):
 
 
 def summary(mem, tim, eff) -> list[str]:
+    if not mem:
+        return ["Memory: no run of this file can be reproduced (below: why)."] + (
+            [] if tim else ["Time: no run with a chip and a logged pace."])
     errors = [abs(m["error"]) for m in mem]
     exact = [m for m in mem if m["exact"]]
     widths = [m["range"][1] - m["range"][0] for m in mem]
@@ -115,7 +118,7 @@ def report(file, mem, tim, eff) -> str:
               "(benchmarks/mac_evidence.py `Case`). Logged GB are 10^9 bytes (¹ logged in GiB: mlx-lm before "
               "2024-11-07, benchmarks/mac_runs.py GIB_PEAKS_UNTIL).", "",
               "## Time", "",
-              f"Shipped: matrix products at {eff[0]:.3f} of the chip's peak half-precision rate, {eff[1] * 1e6:g} µs per "
+              f"Shipped: matrix products at {eff[0]:.3f} of the chip's measured matrix-product rate, {eff[1] * 1e6:g} µs per "
               f"dispatched operation, range {eff[2]:.3f}-{eff[3]:.3f} x the predicted step time "
               "(benchmarks/chip_efficiency.py `predicted_tokens_per_second`).", "",
               "| run | trust | chip | batch x width | tokens a step | logged tok/s | predicted tok/s | predicted / logged "
