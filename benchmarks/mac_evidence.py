@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 from scipy.optimize import minimize  # noqa: E402
 
 import mac_runs as ev  # noqa: E402
-from mlxfit.estimate.detailed import MOMENTS, TERMS, coefficients, update_in_flight_bytes  # noqa: E402
+from mlxfit.estimate.detailed import MOMENTS, TERMS, coefficients, update_in_flight_bytes, weight  # noqa: E402
 from mlxfit.estimate.rule import rule_bytes  # noqa: E402
 from mlxfit.estimate.uncertainty import quantile  # noqa: E402
 
@@ -167,7 +167,7 @@ class Case:
 
 
 def vector(c: dict) -> tuple[np.ndarray, float]:
-    return np.array([c.get(n, 0.0) for n in NAMES]), c["fixed"]
+    return np.array([weight(n, c) for n in NAMES]), c["fixed"]
 
 
 def coefficients_of(theta: dict, base: dict) -> dict:
