@@ -379,29 +379,30 @@ V4_LONGEST = ("; the v4 rows are 106-227 tokens with Qwen3's tokenizer (the auth
               "sequences), so the widest batch holds the 227-token row")
 OTHER_TOKENIZER = ("; the rows of its data are those of v4 (106-227 Qwen3 tokens, v3's about the same in characters), "
                    "counted by another tokenizer: the longest read as at least {lo} tokens and at most the 512 cap")
-QWEN3_2507 = ("Qwen3-4B-Instruct-2507 read as Qwen3-4B's architecture (the same dimensions: 16.5M trainable = 36 x "
-              "458,752 at rank 8 over every linear)")
+QWEN3_2507 = ("Qwen3-4B-Instruct-2507 read as Qwen3-4B's architecture (the same dimensions: the ledger's {count} "
+              "trainable = {blocks} x 458,752 at rank 8 over every linear)")
 
 RUNS_FOURTH: tuple[ev.Run, ...] = (
     _run("spoke-qwen3-4b-it-2507-bf16-36l-b4-v4-t2v4", 0, SPOKE, "Qwen/Qwen3-4B",
          dict(SPOKE_TRAINING, num_layers=36), 227, 18.6, 0.05, "2026-03-03", "0.30", "medium",
-         SPOKE_HOW + "; run T2-v4: adam, all 36 blocks, not checkpointed; " + QWEN3_2507 + V4_LONGEST,
+         SPOKE_HOW + "; run T2-v4: adam, all 36 blocks, not checkpointed; " + QWEN3_2507.format(count="16.5M", blocks=36)
+         + V4_LONGEST,
          file=FOURTH_FILE),
     _run("spoke-qwen3-4b-it-2507-8bit-36l-b4-v4", 1, SPOKE, "Qwen/Qwen3-4B",
          dict(SPOKE_TRAINING, num_layers=36, quantize=True), 227, 16.4, 0.05, "2026-03-03", "0.30", "medium",
          SPOKE_HOW + "; run Qwen3-8bit (mlx-community's 8-bit conversion, group 64 read as its default; killed at "
-         "~850 iterations, 3,400 rows: every row trained): adam, all 36 blocks, not checkpointed; " + QWEN3_2507
-         + V4_LONGEST, file=FOURTH_FILE, config={"quantization": {"bits": 8, "group_size": 64}}),
+         "~850 iterations, 3,400 rows: every row trained): adam, all 36 blocks, not checkpointed; "
+         + QWEN3_2507.format(count="16.5M", blocks=36) + V4_LONGEST, file=FOURTH_FILE, config={"quantization": {"bits": 8, "group_size": 64}}),
     _run("spoke-qwen3-4b-it-2507-bf16-16l-b4-adamw-nockpt-t6b", 2, SPOKE, "Qwen/Qwen3-4B",
          dict(SPOKE_TRAINING, num_layers=16, optimizer="adamw"), (140, 512), 14.1, 0.05, "2026-03-01", "0.30",
          "medium", SPOKE_HOW + "; run T6b: AdamW, the last 16 blocks, not checkpointed, 500 iterations over the "
          "447 v2 rows (~135-140 tokens a row from their characters; the longest not stated: at least that, at most "
-         "the cap); " + QWEN3_2507.replace("16.5M trainable = 36", "7.34M = 16"), file=FOURTH_FILE),
+         "the cap); " + QWEN3_2507.format(count="7.3M", blocks=16), file=FOURTH_FILE),
     _run("spoke-qwen3-4b-it-2507-bf16-16l-b4-adamw-ckpt-t6", 3, SPOKE, "Qwen/Qwen3-4B",
          dict(SPOKE_TRAINING, num_layers=16, optimizer="adamw", grad_checkpoint=True), (140, 512), 9.8, 0.05,
          "2026-03-01", "0.30", "medium",
          SPOKE_HOW + "; run T6: T6b's settings checkpointed, 200 iterations over the 447 v2 rows (800 rows: every "
-         "row trained; the longest not stated, as T6b's); " + QWEN3_2507.replace("16.5M trainable = 36", "7.34M = 16"),
+         "row trained; the longest not stated, as T6b's); " + QWEN3_2507.format(count="7.3M", blocks=16),
          file=FOURTH_FILE),
     _run("spoke-llama-3.2-3b-it-bf16-28l-b4-v4-t2", 4, SPOKE, "mlx-community/Llama-3.2-3B-Instruct-bf16",
          dict(SPOKE_TRAINING, num_layers=28), (200, 512), 15.2, 0.05, "2026-03-03", "0.30", "medium",

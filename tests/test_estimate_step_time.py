@@ -93,6 +93,8 @@ def test_run_time_adds_iterations_validation_and_compile(tiny):
     # With --data, the mean over the batches' widths: narrower batches, a shorter run.
     narrow = rt.run_time(tiny, training, unit, iters=400, length=9, widths=(9, 5, 5, 5), val_batches=0)
     assert narrow.mean_step_seconds < step and narrow.from_data
+    # mx.compile traces the step again for each new input shape: each distinct width compiles once.
+    assert narrow.compile_seconds == pytest.approx(rt.COMPILE_STEPS * (step + st.step_time(tiny, training, unit, 5).seconds))
 
 
 def test_batch_widths_follow_iterate_batches():

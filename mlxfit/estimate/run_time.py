@@ -1,6 +1,6 @@
 """How long a whole mlx_lm.lora run takes: its iterations, each the step time of
-its batch's width, the validation passes, the saves, and a first-step allowance
-for compiling.
+its batch's width, the validation passes, the saves, and compiling the step once
+for each distinct batch width.
 
 mlx_lm/tuner/trainer.py train() runs `iters` batches, drawn in a random order of
 the batches iterate_batches cut (sorted, padded per batch), so with --data the
@@ -27,9 +27,12 @@ SAVE_EVERY = 100
 # mlx_lm_lora/train.py: iters None (and no epochs) takes SFTTrainingArgs().iters
 # (mlx_lm_lora/trainer/sft_trainer.py; pinned by tests/test_estimate_step_time.py).
 PREFERENCE_ITERS = 100
-# A first step compiles the step function (mlx_lm/tuner/trainer.py mx.compile) and warms
-# the machine: counted as this many steps more (benchmarks/results/step_time.md).
-COMPILE_STEPS = 2
+# mlx_lm/tuner/trainer.py compiles its step with mx.compile, which traces and compiles it again
+# for every new shape of its inputs: each distinct batch width compiles once, counted as this many
+# steps of that width more. A guide, not measured on a Mac: on this CPU a new width's first step
+# took 0.4-1.7 steady steps more (a Llama with every linear adapted, 2-32 blocks, widths 33-129),
+# and a width seen before none.
+COMPILE_STEPS = 1
 SAVE_BYTES_PER_SECOND = 1e9  # an SSD writing the adapters: a guide, rarely a visible share
 
 
@@ -115,8 +118,15 @@ def run_time(model: ModelInfo, training: TrainingConfig, speed: Speed, *, iters:
     validation = n_eval * per_eval * evaluation_seconds(model, training, speed, eval_width)
     saves = iters // max(int(save_every), 1) + 1  # and the final weights
     save = saves * counted_totals(model, training)[2] / SAVE_BYTES_PER_SECOND
-    return RunTime(iters, step, mean, validation, n_eval, save, COMPILE_STEPS * step.seconds, speed,
-                   from_data=widths is not None and len(widths) > 0)
+    return RunTime(iters, step, mean, validation, n_eval, save, compile_seconds(model, training, speed, widths, step),
+                   speed, from_data=widths is not None and len(widths) > 0)
+
+
+def compile_seconds(model: ModelInfo, training: TrainingConfig, speed: Speed, widths, step: StepTime) -> float:
+    """Compiling the step once for each distinct batch width (the planned width's where none are known)."""
+    if widths is None or len(widths) == 0:
+        return COMPILE_STEPS * step.seconds
+    return COMPILE_STEPS * sum(step_time(model, training, speed, int(w)).seconds for w in sorted(set(widths)))
 
 
 def preference_run_time(model: ModelInfo, training: TrainingConfig, step: StepTime, speed: Speed,
