@@ -30,8 +30,8 @@ PREFERENCE_ITERS = 100
 # mlx_lm/tuner/trainer.py compiles its step with mx.compile, which traces and compiles it again
 # for every new shape of its inputs: each distinct batch width compiles once, counted as this many
 # steps of that width more. A guide, not measured on a Mac: on this CPU a new width's first step
-# took 0.4-1.7 steady steps more (a Llama with every linear adapted, 2-32 blocks, widths 33-129),
-# and a width seen before none.
+# took 0.2-1.4 steady steps more (a Llama with every linear adapted, 2-32 blocks, widths 33-129),
+# and a width seen before none (benchmarks/results/compile_cost.md).
 COMPILE_STEPS = 1
 SAVE_BYTES_PER_SECOND = 1e9  # an SSD writing the adapters: a guide, rarely a visible share
 
