@@ -85,17 +85,13 @@ def evaluations(iters: int, steps_per_eval: int) -> int:
     return multiples + (steps_per_eval != 1) + (iters != 1 and iters % steps_per_eval != 0)
 
 
-def mean_step_seconds(model: ModelInfo, training: TrainingConfig, speed: Speed, widths=None,
-                      length: int | None = None) -> float:
-    """The mean step over the batches' widths (each distinct width timed once), or the
-    step at `length` where no widths are known."""
-    if widths is None or len(widths) == 0:
-        return step_time(model, training, speed, length).seconds
+def width_steps(model: ModelInfo, training: TrainingConfig, speed: Speed, widths) -> tuple[dict, dict]:
+    """({width: its step's seconds}, {width: batches of that width}), each distinct width timed once."""
     import numpy as np
 
     values, counts = np.unique(np.asarray(widths), return_counts=True)
-    total = sum(int(n) * step_time(model, training, speed, int(w)).seconds for w, n in zip(values, counts))
-    return total / int(counts.sum())
+    seconds = {int(w): step_time(model, training, speed, int(w)).seconds for w in values}
+    return seconds, {int(w): int(n) for w, n in zip(values, counts)}
 
 
 def run_time(model: ModelInfo, training: TrainingConfig, speed: Speed, *, iters: int = ITERS,
@@ -109,7 +105,12 @@ def run_time(model: ModelInfo, training: TrainingConfig, speed: Speed, *, iters:
 
     iters = max(int(iters), 1)
     step = step_time(model, training, speed, length)
-    mean = mean_step_seconds(model, training, speed, widths, length)
+    if widths is None or len(widths) == 0:
+        mean, compiling = step.seconds, COMPILE_STEPS * step.seconds  # every batch at the planned width
+    else:
+        seconds, batches = width_steps(model, training, speed, widths)
+        mean = sum(seconds[w] * n for w, n in batches.items()) / sum(batches.values())
+        compiling = COMPILE_STEPS * sum(seconds.values())  # once for each distinct width
     n_eval = evaluations(iters, max(int(steps_per_eval), 1)) if val_batches else 0
     per_eval = val_batches if val_batches > 0 else (valid_batches or 0)
     if valid_batches is not None and val_batches > 0:
@@ -118,15 +119,8 @@ def run_time(model: ModelInfo, training: TrainingConfig, speed: Speed, *, iters:
     validation = n_eval * per_eval * evaluation_seconds(model, training, speed, eval_width)
     saves = iters // max(int(save_every), 1) + 1  # and the final weights
     save = saves * counted_totals(model, training)[2] / SAVE_BYTES_PER_SECOND
-    return RunTime(iters, step, mean, validation, n_eval, save, compile_seconds(model, training, speed, widths, step),
-                   speed, from_data=widths is not None and len(widths) > 0)
-
-
-def compile_seconds(model: ModelInfo, training: TrainingConfig, speed: Speed, widths, step: StepTime) -> float:
-    """Compiling the step once for each distinct batch width (the planned width's where none are known)."""
-    if widths is None or len(widths) == 0:
-        return COMPILE_STEPS * step.seconds
-    return COMPILE_STEPS * sum(step_time(model, training, speed, int(w)).seconds for w in sorted(set(widths)))
+    return RunTime(iters, step, mean, validation, n_eval, save, compiling, speed,
+                   from_data=widths is not None and len(widths) > 0)
 
 
 def preference_run_time(model: ModelInfo, training: TrainingConfig, step: StepTime, speed: Speed,
