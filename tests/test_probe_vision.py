@@ -235,3 +235,37 @@ def test_a_slice_over_the_budget_or_a_shallow_model_is_refused_in_one_line(deep_
     assert "even the largest slice of its language model needs about" in r.output.strip().splitlines()[-1]
     r = probe(qwen, "--data", deep_qwen / "data", "--measure", "--slice")  # two blocks: no slice holds fewer
     assert r.exit_code == 1 and "can only be measured whole" in r.output.strip().splitlines()[-1]
+
+
+def test_lora_dropout_is_mlx_vlm_trains_flag_and_its_adapters_drop_their_input():
+    """--lora-dropout [default 0.0] reaches mlx-vlm's LoRALinear, which drops its input
+    before lora_a, as mlx-lm's does: the dropped input and its mask live until the backward."""
+    import inspect
+
+    from mlx_vlm.train import build_parser
+    from mlx_vlm.trainer.peft.lora_layers import LoRALinear
+
+    from mlxfit.measure.vision import flags_of
+    from mlxfit.model.vision_run import training_of
+
+    parser = build_parser()
+    assert vars(parser.parse_args(["--model", "x"]))["lora_dropout"] == 0.0
+    flags = flags_of(training_of({"dropout": 0.1}))
+    assert vars(parser.parse_args(["--model", "x", *flags]))["lora_dropout"] == 0.1
+    assert "self.dropout(x) @ self.lora_a" in inspect.getsource(LoRALinear.__call__)
+
+
+def test_lora_dropout_is_counted_as_mlx_vlm_trains_measures_it(tmp_path, monkeypatch):
+    # 8 text blocks, so the peak's moment holds nearly every block's dropped inputs (the
+    # last block's own go early in its backward); on a 2-block model they are half of it.
+    tiny_vlms.write_model(tmp_path / "deep", "qwen2_vl", width=128, layers=8)
+    tiny_vlms.write_data(tmp_path / "data", (56, 56), images=1, rows=2, words=150)
+    monkeypatch.chdir(tmp_path)
+    measured, predicted = {}, {}
+    for p in ("0", "0.1"):
+        d = json.loads(probe("deep", "--data", "data", "--lora-dropout", p, "--measure", "--json").output)
+        assert d["run"]["training"]["lora_dropout"] == float(p)
+        measured[p], predicted[p] = d["measured"]["peak_bytes"], d["estimate"]["predicted_peak_bytes"]
+    counted = predicted["0.1"] - predicted["0"]
+    assert counted > 0.15 * predicted["0"]
+    assert measured["0.1"] - measured["0"] == pytest.approx(counted, rel=0.15)

@@ -80,6 +80,7 @@ def _default(name):
 @click.option("--grad-checkpoint/--no-grad-checkpoint", default=None, help="Recompute activations in the backward pass (less memory, slower) [default: off].")
 @click.option("--grad-accumulation-steps", "--gradient-accumulation-steps", "grad_accumulation_steps", type=int, help="Steps accumulated before each optimizer update (--gradient-accumulation-steps: mlx_lm_lora.train's name) [default: 1].")
 @click.option("--rank", type=int, help=f"LoRA rank [default: {_default('rank')}].")
+@click.option("--lora-dropout", "dropout", type=float, help="LoRA dropout: mlx_lm.lora's lora_parameters.dropout (in -c), mlx_vlm.train's --lora-dropout; above 0 each adapter keeps its dropped-out input and mask for the backward pass [default: 0].")
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), help=f"The optimizer, as in mlx_lm.lora; its state is part of the peak [default: {_default('optimizer')}].")
 @click.option("--mask-prompt/--no-mask-prompt", default=None, help="Mask the prompt in the loss, as mlx_lm.lora --mask-prompt.")
 @click.option("--bits", type=int, help="QLoRA: bits per weight of the quantized base: 2, 3, 4, 5, 6 or 8 [default: 4].")

@@ -94,7 +94,7 @@ def language_parts(info: VisionModelInfo, training: VisionTraining, width: int) 
     lm = TrainingConfig(fine_tune_type="full" if training.train_type == "full" else training.train_type,
                         optimizer="adam", num_layers=-1, batch_size=training.batch_size, max_seq_length=width,
                         grad_checkpoint=training.grad_checkpoint, rank=training.lora_rank,
-                        scale=training.lora_alpha / training.lora_rank)
+                        scale=training.lora_alpha / training.lora_rank, dropout=training.lora_dropout)
     f = detailed.features(info.language, lm, width)
     f = detailed.backend_features(f, "cpu", Runtime(compiled_step=training.compile), info.language.architecture.head_dim)
     if info.dtype_bytes < 4:  # forward_vlm_logits casts the logits to float32

@@ -38,7 +38,8 @@ class VisionMeasurement:
 def flags_of(training) -> list[str]:
     """mlx_vlm.train's flags for `training` (model/vision.py VisionTraining)."""
     t = training
-    out = ["--train-type", t.train_type, "--lora-rank", str(t.lora_rank), "--batch-size", str(t.batch_size),
+    out = ["--train-type", t.train_type, "--lora-rank", str(t.lora_rank), "--lora-dropout", str(t.lora_dropout),
+           "--batch-size", str(t.batch_size),
            "--max-seq-length", str(t.max_seq_length), "--optimizer", t.optimizer,
            "--gradient-accumulation-steps", str(t.gradient_accumulation_steps)]
     out += ["--cache-size", "none" if t.cache_size is None else str(t.cache_size)]

@@ -160,8 +160,9 @@ def resolve_run(mode: str, flags: dict, config: dict) -> PreferenceRun:
         return CONFIG_DEFAULTS.get(key)
 
     lora = {**CONFIG_DEFAULTS["lora_parameters"], **(config.get("lora_parameters") or {})}
-    if flags.get("rank") is not None:
-        lora["rank"] = flags["rank"]
+    for key in ("rank", "dropout"):
+        if flags.get(key) is not None:
+            lora[key] = flags[key]
     chosen = [key for key in LOAD_IN_BITS if pick(key, True if flags.get(key) else None)]
     if len(chosen) > 1:  # mlx_lm_lora.train would quietly take the first of them
         raise BadInput(f"{' with '.join('--' + k.replace('_', '-') for k in chosen)}: give one "

@@ -63,6 +63,9 @@ class TrainingConfig:
                 # mlx::core::Shape holds int32: no array has a dimension this long.
                 raise BadInput(f"{name.replace('_', '-')} must be at most {MAX_DIMENSION:,} (an MLX array's "
                                f"dimension is 32-bit), got {getattr(self, name):,}")
+        if not 0 <= self.dropout < 1:
+            # mlx/nn/layers/dropout.py: Dropout refuses a probability outside [0, 1).
+            raise BadInput(f"lora dropout must be at least 0 and below 1, got {self.dropout}")
         if self.num_layers == 0 or self.num_layers < -1:
             raise BadInput(f"num-layers must be positive or -1 (all), got {self.num_layers}")
         if self.bits not in (2, 3, 4, 5, 6, 8):

@@ -59,6 +59,7 @@ class VisionTraining:
     train_type: str = "lora"  # --train-type: lora, dora, full
     lora_rank: int = 8
     lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
     batch_size: int = 1
     max_seq_length: int = 2048
     pad_to_multiple: int = 32
@@ -77,6 +78,9 @@ class VisionTraining:
         for name in ("batch_size", "lora_rank", "pad_to_multiple", "gradient_accumulation_steps"):
             if getattr(self, name) < 1:
                 raise BadInput(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not 0 <= self.lora_dropout < 1:
+            # mlx_vlm prepare_model_for_training: "LoRA dropout must be in [0, 1)."
+            raise BadInput(f"--lora-dropout must be at least 0 and below 1, got {self.lora_dropout}")
         if self.max_seq_length < 2:
             raise BadInput(f"--max-seq-length must be at least 2, got {self.max_seq_length}")
 

@@ -13,7 +13,7 @@ from .images import QwenRules, Rules, image_rules, parse_image_size, pixel_value
 from .vision import VisionTraining
 
 # mlxfit's flag -> mlx_vlm.train's (build_parser): the flags a VLM's step takes.
-FLAGS = {"fine_tune_type": "train_type", "rank": "lora_rank", "batch_size": "batch_size",
+FLAGS = {"fine_tune_type": "train_type", "rank": "lora_rank", "dropout": "lora_dropout", "batch_size": "batch_size",
          "max_seq_length": "max_seq_length", "grad_checkpoint": "grad_checkpoint", "optimizer": "optimizer",
          "grad_accumulation_steps": "gradient_accumulation_steps", "train_vision": "train_vision",
          "cache_size": "cache_size"}
