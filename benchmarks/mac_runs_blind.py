@@ -444,7 +444,30 @@ NOT_SCORED_FIFTH = (
      "Qwen1.5-MoE is not in mlxfit's catalog, and the model is named only by its folder"),
 )
 
+SEVENTH_FILE = "mac_runs_blind7.csv"
+
+RUNS_SEVENTH: tuple[ev.Run, ...] = (
+    _run("llama-3.2-1b-it-bf16-b4-16l-4096-nosplit-awni-mlxlm47", 0, "mlx-lm PR #47", "meta-llama/Llama-3.2-1B-Instruct",
+         dict(batch_size=4, num_layers=16, max_seq_length=4096), 4096, 69.810, 0.0005, "2025-03-22", "0.24",
+         "medium",
+         "the PR's run 'Without splitting' (its --seq-step-size not given): mlx-community's bf16 conversion, "
+         "--max-seq-length 4096 and mlx-lm's defaults of the date (batch 4, 16 blocks: all, rank 8, keys q,v, the "
+         "step not compiled: before PR #53); 81,900 trained tokens in 5 steps = 4 rows x 4,095 a step, so every "
+         "row reached the 4,096 cap; the peak at the first report (iteration 5)",
+         file=SEVENTH_FILE),
+    _run("josiefied-qwen2.5-0.5b-it-b1-8l-ga10-goekdeniz-mlxlm326", 1, "mlx-lm PR #326", "Qwen/Qwen2.5-0.5B-Instruct",
+         dict(batch_size=1, num_layers=8, grad_accumulation_steps=10), (92, 2048), 1.437, 0.0005, "2025-08-11",
+         "0.28", "low",
+         "Josiefied-Qwen2.5-0.5B-Instruct-abliterated-v1 read as Qwen2.5-0.5B-Instruct (its fine-tune: 494.033M "
+         "printed, bf16); batch 1, 8 blocks, 10 steps accumulated (the PR's own option, with its gradient debug "
+         "prints on), keys q,v at rank 8 (0.180M printed); wikisql rows, 2,768 tokens over the 30 steps before the "
+         "peak (~92 a step: the longest at least that, at most the 2,048 cap)",
+         file=SEVENTH_FILE),
+)
+
+NOT_SCORED_SEVENTH: tuple = ()
+
 # Each blind file: its runs, pace rows and the rows found but not scored.
 SETS = {FILE: (RUNS, TIME_ROWS, NOT_SCORED), SECOND_FILE: (RUNS_SECOND, TIME_ROWS_SECOND, NOT_SCORED_SECOND),
         THIRD_FILE: (RUNS_THIRD, (), NOT_SCORED_THIRD), FOURTH_FILE: (RUNS_FOURTH, (), NOT_SCORED_FOURTH),
-        FIFTH_FILE: (RUNS_FIFTH, (), NOT_SCORED_FIFTH)}
+        FIFTH_FILE: (RUNS_FIFTH, (), NOT_SCORED_FIFTH), SEVENTH_FILE: (RUNS_SEVENTH, (), NOT_SCORED_SEVENTH)}

@@ -101,6 +101,7 @@ def _adapted(run) -> int:
     ("spoke-lfm2.5-1.2b-it-bf16-16l-b4-v3", 5.554e6),
     ("spoke-lfm2-2.6b-exp-bf16-30l-b4-v3", 12.2e6),
     ("fraud-sentinel-qwen2.5-1.5b-it-4bit-8l-b4-256-m2-16gb", 2.638e6),
+    ("josiefied-qwen2.5-0.5b-it-b1-8l-ga10-goekdeniz-mlxlm326", 0.180e6),  # q,v on 8 blocks
 ])
 def test_the_reading_reproduces_the_logged_trainable_parameters(key, logged):
     run = next(r for r in EVERY_RUN if r.key == key)
