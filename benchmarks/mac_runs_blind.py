@@ -444,6 +444,116 @@ NOT_SCORED_FIFTH = (
      "Qwen1.5-MoE is not in mlxfit's catalog, and the model is named only by its folder"),
 )
 
+SIXTH_FILE = "mac_runs_blind6.csv"
+RUBY = "github.com/serggiu/ruby-llm-trainer"
+RUBY_TRAINING = dict(batch_size=1, num_layers=16, max_seq_length=2048, quantize=True)
+RUBY_HOW = ("RESULTS.md of one M4 with 32 GB, mlx 0.32.0 / mlx-lm 0.31.3: mlx_lm.lora with --batch-size 1 and "
+            "--max-seq-length 2048, no --num-layers (16 blocks), rank 8, every linear (a 39 MB adapter = 16 x 606,208 "
+            "float32 weights), not checkpointed, --val-batches 10; Qwen/Qwen3-8B-MLX-4bit read as mlx-community's "
+            "4-bit Qwen3-8B (4 bits, group 64 assumed: its config not read); SFT pairs split at ~2048 estimated "
+            "tokens; the peak to 0.1 GB, of the whole run")
+RUBY_MEAN = "; {mean} tokens a row on average (trained tokens over iterations): the longest at least that"
+RUBY_NEAR = ("; 'the longest capsule entries sit near the 2048-token cap' (the author's note): the longest read as "
+             "1,800 or more")
+RUBY_UNSTATED = ("; its mean row not stated: the longest read as at least 285, the least mean of the author's other "
+                 "runs")
+CLAIMTRACE = "github.com/troysatchell/claimtrace"
+CLAIMTRACE_TRAINING = dict(batch_size=1, num_layers=16, rank=16, scale=20.0, dropout=0.05, grad_checkpoint=True,
+                           grad_accumulation_steps=4, optimizer="adamw", max_seq_length=6144)
+CLAIMTRACE_HOW = ("its lora_config.yaml (16 blocks, batch 1, 4 steps accumulated, adamw, rank 16, scale 20, dropout "
+                  "0.05, mask_prompt, max_seq_length 6144, checkpointed, val_batches -1) and summary.json; every "
+                  "linear (9.961M printed); the rows' token counts are the author's, with the chat template; MLX read "
+                  "as 0.32 before 0.32.3 (requirements: mlx-lm>=0.31, run 2026-08); the peak covers the 64 "
+                  "validation rows' forwards (their lengths not stated)")
+CLAIMTRACE_Q4 = "; the author's 4-bit base (mlx_lm.convert -q --q-bits 4 --q-group-size 64)"
+
+
+def _claimtrace(key, row, quantized, longest, peak_gb, date, trust, how):
+    training = dict(CLAIMTRACE_TRAINING, quantize=True) if quantized else CLAIMTRACE_TRAINING
+    return _run(key, row, CLAIMTRACE, "Qwen/Qwen3-1.7B", training, longest, peak_gb, 0.0005, date, "0.32.0", trust,
+                CLAIMTRACE_HOW + (CLAIMTRACE_Q4 if quantized else "; bf16") + how, file=SIXTH_FILE,
+                **({"config": CONVERT_Q4} if quantized else {}))
+
+
+def _ruby(n, row, longest, peak_gb, trust, how):
+    return _run(f"ruby-trainer-qwen3-8b-mlx-4bit-16l-b1-2048-run{n}", row, RUBY, "mlx-community/Qwen3-8B-4bit",
+                RUBY_TRAINING, (longest, 2048), peak_gb, 0.05, "2026-08", "0.32.0", trust, RUBY_HOW + how,
+                file=SIXTH_FILE)
+
+
+RUNS_SIXTH: tuple[ev.Run, ...] = (
+    _ruby(1, 0, 418, 14.8, "low", "; run 1, 5,000 iterations" + RUBY_MEAN.format(mean=418)),
+    _ruby(2, 1, 285, 12.4, "low", "; run 2, 200 iterations" + RUBY_UNSTATED),
+    _ruby(3, 2, 285, 11.3, "low", "; run 3, 100 iterations" + RUBY_UNSTATED),
+    _ruby(4, 3, 448, 15.6, "low", "; run 4, 2,183 iterations" + RUBY_MEAN.format(mean=448)),
+    _ruby(5, 4, 443, 10.4, "low", "; run 5, 1,264 iterations" + RUBY_MEAN.format(mean=443)),
+    _ruby(6, 5, 1800, 16.9, "medium", "; run 6, 100 iterations (1.2 epochs of 86 entries)" + RUBY_NEAR),
+    _ruby(7, 6, 406, 10.3, "low", "; run 7, 308 iterations" + RUBY_MEAN.format(mean=406)),
+    _ruby(8, 7, 338, 10.1, "low", "; run 8, 210 iterations" + RUBY_MEAN.format(mean=338)),
+    _ruby(9, 8, 344, 9.1, "low", "; run 9, 247 iterations" + RUBY_MEAN.format(mean=344)),
+    _ruby(10, 9, 1800, 18.9, "medium", "; run 10, 263 iterations" + RUBY_NEAR),
+    _ruby(11, 10, 526, 13.1, "low", "; run 11, 2,816 iterations" + RUBY_MEAN.format(mean=526)),
+    _ruby(12, 11, 369, 10.4, "low", "; run 12, 458 iterations" + RUBY_MEAN.format(mean=369)),
+    _ruby(13, 12, 367, 11.1, "low", "; run 13, 346 iterations" + RUBY_MEAN.format(mean=367)),
+    _ruby(14, 13, 489, 12.3, "low", "; run 14, 4,474 iterations" + RUBY_MEAN.format(mean=489)),
+    _run("edgar-cpt-qwen3-0.6b-base-4bit-8l-b2-2k", 14, "code-index 56454268191", "Qwen/Qwen3-0.6B",
+         dict(batch_size=2, num_layers=8, quantize=True), (2026, 2048), 5.47, 0.005, "2026-06-13", "0.31", "low",
+         "continued pretraining of mlx-community's Qwen3-0.6B-Base-4bit (read as Qwen3-0.6B's architecture, 4 bits, "
+         "group 64 assumed) on 10-K text: batch 2, 8 blocks, 200 iterations (every chunk trained), every linear "
+         "at rank 8 and the 2048 cap as mlx-lm's defaults (not stated), not checkpointed (not stated); 231K tokens "
+         "in 114 chunks of 1-2k tokens (2,026 on average): the longest at least that, at most the cap",
+         config=CONVERT_Q4, file=SIXTH_FILE),
+    _run("fin-foreman-gemma-4-e4b-it-qat-4bit-16l-b1-ckpt-3072-m4-imac", 15, "code-index 66634521559",
+         "mlx-community/gemma-4-E4B-it-4bit",
+         dict(batch_size=1, num_layers=16, rank=8, scale=20.0, dropout=0.0, grad_checkpoint=True, quantize=True,
+              grad_accumulation_steps=2, max_seq_length=3072), 2810, 14.978, 0.0005, "2026-09-05", "0.32.2", "high",
+         "mlx-community's gemma-4-E4B-it-qat-4bit read as its 4-bit conversion of gemma-4-E4B-it (4 bits, group "
+         "64 assumed: the QAT conversion's config not read; its 6.4 GB on disk holds the vision and audio towers "
+         "mlx-lm does not load); mlx-lm 0.31.3 on mlx 0.32.2: batch 1, 2 steps accumulated, 16 blocks, rank 8, "
+         "scale 20, checkpointed, mask_prompt, max_seq_length 3072, every linear (6.914M printed); the rows by the "
+         "real tokenizer: median 1669, longest 2810, every row trained twice before the peak's end",
+         file=SIXTH_FILE),
+    _run("taskloop-triage-qwen3-4b-it-2507-4bit-b4-nockpt-leg1-m1pro-16gb", 16, "code-index 56220264010",
+         "Qwen/Qwen3-4B", dict(batch_size=4, num_layers=16, quantize=True), (32, 2048), 12.4, 0.05, "2026-06-10",
+         "0.31", "low",
+         "leg 1 of a triage run on an M1 Pro with 16 GB ('batch 4, full memory': not checkpointed), killed at ~120 "
+         "iterations after it froze the machine; mlx-community's 4-bit Qwen3-4B-Instruct-2507 (4 bits, group 64 "
+         "assumed), " + QWEN3_2507.format(count="7.340M", blocks=16) + "; mlx-lm 0.31.3 (the author's log two days "
+         "later); synthetic support tickets of unstated length, bounded by the 2048 cap",
+         config=CONVERT_Q4, file=SIXTH_FILE),
+    _run("roco-qwen3.5-4b-4bit-8l-b1-768-tool-v4-m5pro-48gb", 17, "code-index 68459889511",
+         "mlx-community/Qwen3.5-4B-4bit", dict(batch_size=1, num_layers=8, rank=8, scale=20.0, max_seq_length=768,
+                                               quantize=True), (32, 768), 16.113, 0.0005, "2026-09-21", "0.32.2",
+         "medium",
+         "its adapter_config.json and manual (batch 1, 8 blocks, rank 8, scale 20, max_seq_length 768, mask_prompt, "
+         "not checkpointed), mlx-lm 0.31.3 on mlx 0.32.2 on an M5 Pro with 48 GB, every linear (mlx-lm's default); "
+         "tool-routing rows of unstated length, bounded by the 768 cap; 16.113 GB printed again and again over the "
+         "900 iterations (16.129 at the end)",
+         file=SIXTH_FILE),
+    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-smoke", 18, True, (1477, 3187), 5.529, "2026-08-18", "low",
+                "; the smoke run: 8 iterations over 34 rows (median 1422, longest 3187, 1,477 on average): the "
+                "longest trained at least the mean, at most 3187"),
+    _claimtrace("claimtrace-qwen3-1.7b-bf16-16l-r16-b1-ckpt-n135", 19, False, 4382, 10.551, "2026-08-18", "high",
+                "; 2,000 iterations over 1,467 rows (1.36 epochs): the longest, 4382, trained"),
+    _claimtrace("claimtrace-qwen3-1.7b-bf16-16l-r16-b1-ckpt-n270", 20, False, (1516, 4450), 10.669, "2026-08-18",
+                "medium", "; 2,000 iterations over 2,982 rows (0.67 epoch; 1,516 on average, the longest 4450): the "
+                "longest trained at least the mean, at most 4450"),
+    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q33", 21, True, 4295, 8.497, "2026-08-19", "high",
+                "; 2,000 iterations over 357 rows (5.6 epochs): the longest, 4295, trained"),
+    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q67", 22, True, 4295, 7.753, "2026-08-19", "high",
+                "; 2,000 iterations over 723 rows (2.77 epochs): the longest, 4295, trained"),
+    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q135", 23, True, 4382, 8.457, "2026-08-18", "high",
+                "; 2,000 iterations over 1,467 rows (1.36 epochs): the longest, 4382, trained"),
+    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q270", 24, True, (1516, 4450), 7.788, "2026-08-18",
+                "medium", "; 2,000 iterations over 2,982 rows (0.67 epoch; 1,516 on average, the longest 4450): the "
+                "longest trained at least the mean, at most 4450"),
+    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q236v2", 25, True, (1171, 3162), 6.291, "2026-08-20",
+                "medium", "; 2,000 iterations over 2,618 rows (0.76 epoch; 1,171 on average, the longest 3162): the "
+                "longest trained at least the mean, at most 3162"),
+)
+
+NOT_SCORED_SIXTH: tuple = ()
+
 SEVENTH_FILE = "mac_runs_blind7.csv"
 
 RUNS_SEVENTH: tuple[ev.Run, ...] = (
@@ -470,4 +580,5 @@ NOT_SCORED_SEVENTH: tuple = ()
 # Each blind file: its runs, pace rows and the rows found but not scored.
 SETS = {FILE: (RUNS, TIME_ROWS, NOT_SCORED), SECOND_FILE: (RUNS_SECOND, TIME_ROWS_SECOND, NOT_SCORED_SECOND),
         THIRD_FILE: (RUNS_THIRD, (), NOT_SCORED_THIRD), FOURTH_FILE: (RUNS_FOURTH, (), NOT_SCORED_FOURTH),
-        FIFTH_FILE: (RUNS_FIFTH, (), NOT_SCORED_FIFTH), SEVENTH_FILE: (RUNS_SEVENTH, (), NOT_SCORED_SEVENTH)}
+        FIFTH_FILE: (RUNS_FIFTH, (), NOT_SCORED_FIFTH), SIXTH_FILE: (RUNS_SIXTH, (), NOT_SCORED_SIXTH),
+        SEVENTH_FILE: (RUNS_SEVENTH, (), NOT_SCORED_SEVENTH)}

@@ -102,6 +102,11 @@ def _adapted(run) -> int:
     ("spoke-lfm2-2.6b-exp-bf16-30l-b4-v3", 12.2e6),
     ("fraud-sentinel-qwen2.5-1.5b-it-4bit-8l-b4-256-m2-16gb", 2.638e6),
     ("josiefied-qwen2.5-0.5b-it-b1-8l-ga10-goekdeniz-mlxlm326", 0.180e6),  # q,v on 8 blocks
+    ("claimtrace-qwen3-1.7b-bf16-16l-r16-b1-ckpt-n135", 9.961e6),  # every linear of 16 blocks at rank 16
+    ("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q33", 9.961e6),
+    ("fin-foreman-gemma-4-e4b-it-qat-4bit-16l-b1-ckpt-3072-m4-imac", 6.914e6),
+    ("taskloop-triage-qwen3-4b-it-2507-4bit-b4-nockpt-leg1-m1pro-16gb", 7.340e6),  # its model-card test's count
+    ("ruby-trainer-qwen3-8b-mlx-4bit-16l-b1-2048-run1", 9.699e6),  # its 39 MB float32 adapter: 16 x 606,208
 ])
 def test_the_reading_reproduces_the_logged_trainable_parameters(key, logged):
     run = next(r for r in EVERY_RUN if r.key == key)
