@@ -45,3 +45,13 @@ def test_a_dropout_outside_mlxs_range_is_one_line(value):
         nn.Dropout(float(value))
     r = probe("--lora-dropout", value)
     assert r.exit_code != 0 and "dropout" in r.output and "Traceback" not in r.output
+
+
+def test_a_run_with_dropout_is_offered_none_as_a_change_sized_like_that_run():
+    args = ("--model", "Qwen/Qwen3-4B", "--memory", "24GB", "--batch-size", "4", "--max-seq-length", "512",
+            "--num-layers", "36", "--json")
+    d = json.loads(CliRunner().invoke(cli, ["probe", *args, "--lora-dropout", "0.05"]).output)
+    change = next(r for r in d["remedies"] if r["change"] == "--lora-dropout 0")
+    without = json.loads(CliRunner().invoke(cli, ["probe", *args]).output)
+    assert change["new_bytes"] == next(e for e in without["estimates"] if e["method"] == "lora")["predicted_peak_bytes"]
+    assert not any("--lora-dropout" in r["change"] for r in without["remedies"])

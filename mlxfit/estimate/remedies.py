@@ -14,6 +14,8 @@ what changes the training last.
 - a smaller batch with gradient accumulation: the effective batch is kept, the
   steps are smaller (cost 0.5 per halving).
 - `--num-layers`: fewer blocks learn (cost 2 per halving).
+- `--lora-dropout 0`, where the run has dropout: each adapter no longer keeps its
+  dropped-out input and mask, but trains without that regularization (cost 1.5).
 - QLoRA: the base is trained in 4 bits (cost 3); LoRA instead of full (cost 4).
 - a shorter `--max-seq-length`: examples are cut (cost 3 per halving), never below
   what the data needs (with `--data`, its 99th percentile; without, 512 tokens
@@ -43,6 +45,7 @@ ALTERNATIVES = 3
 
 COST_CHECKPOINT = 1.0
 COST_BATCH_HALVING = 0.5
+COST_NO_DROPOUT = 1.5
 COST_LAYERS_HALVING = 2.0
 COST_QLORA = 3.0
 COST_LORA_NOT_FULL = 4.0
@@ -54,7 +57,7 @@ COST_OTHER_MODEL = 10.0
 class Change:
     """One remedy inside a plan: the flags to add and what it costs."""
 
-    dimension: str  # "checkpoint" | "batch" | "method" | "layers" | "length" | "model"
+    dimension: str  # "checkpoint" | "batch" | "dropout" | "method" | "layers" | "length" | "model"
     flags: str
     cost: float
     costs: str  # what it costs, in words
@@ -176,6 +179,11 @@ def dimensions(model: ModelInfo, training: TrainingConfig, data=None, length: in
         methods.append((Change("method", "--method qlora", COST_QLORA, f"trains on a {training.bits}-bit base"),
                         lambda t: replace(t, quantize=True)))
     dims["method"] = methods
+    dims["dropout"] = [] if training.fine_tune_type == "full" or not training.dropout else [
+        (Change("dropout", "--lora-dropout 0", COST_NO_DROPOUT,
+                f"no LoRA dropout (was {training.dropout:g}): trains without its regularization"),
+         lambda t: replace(t, dropout=0.0))
+    ]
     if model.architecture is not None:
         total = model.architecture.num_layers
         layers = training.layers_trained(total)
@@ -196,7 +204,7 @@ def dimensions(model: ModelInfo, training: TrainingConfig, data=None, length: in
          lambda t, n=n: replace(t, max_seq_length=n))
         for i, n in enumerate(sorted(set(cuts), reverse=True), 1)
     ]
-    order = ("method", "checkpoint", "batch", "length", "layers")
+    order = ("method", "checkpoint", "batch", "dropout", "length", "layers")
     return {name: dims[name] for name in order if name in dims}
 
 
@@ -243,7 +251,7 @@ def single_changes(machine, model: ModelInfo, training: TrainingConfig, backend:
     base = start.new_bytes if start is not None else None
     found = []
     dims = dimensions(model, training, data, length)
-    for name in ("length", "batch", "method", "checkpoint", "layers"):
+    for name in ("length", "batch", "method", "checkpoint", "dropout", "layers"):
         chosen = None
         for change, apply in dims.get(name, []):
             option = size(model, (change,), apply(training))
