@@ -189,6 +189,7 @@ def test_plans_for_images_are_each_re_estimated(qwen, tmp_path):
     assert changes["--batch-size 1 --gradient-accumulation-steps 2"]["bytes"] == accumulated["estimate"]["predicted_peak_bytes"]
     plan = d["plans"]["combination"]
     assert plan and plan[-1]["fits"] and [c["bytes"] for c in plan] == sorted((c["bytes"] for c in plan), reverse=True)
+    assert "--lora-dropout 0" not in changes  # the run has no dropout
 
 
 def test_plans_show_on_the_screen_when_the_run_does_not_fit(qwen):
@@ -269,3 +270,7 @@ def test_lora_dropout_is_counted_as_mlx_vlm_trains_measures_it(tmp_path, monkeyp
     counted = predicted["0.1"] - predicted["0"]
     assert counted > 0.15 * predicted["0"]
     assert measured["0.1"] - measured["0"] == pytest.approx(counted, rel=0.15)
+    # Where the run does not fit, dropping the dropout is a change sized as the run without it.
+    d = json.loads(probe("deep", "--data", "data", "--lora-dropout", "0.1", "--memory", "0.03GB", "--json").output)
+    change = next(c for c in d["plans"]["singles"] if c["flags"] == "--lora-dropout 0")
+    assert change["bytes"] == predicted["0"]

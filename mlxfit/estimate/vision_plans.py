@@ -7,6 +7,7 @@ The changes, in mlx_vlm.train's terms:
   fewer patches for the tower and fewer image tokens for the language model;
 - fewer images per example (without --data, as --images-per-example stands in);
 - the vision tower frozen again (--train-vision left out);
+- no LoRA dropout (--lora-dropout 0, where the run has it);
 - --grad-checkpoint;
 - a smaller --cache-size (the processed rows' pixel values mlx-vlm keeps);
 - batch 1 with --gradient-accumulation-steps making up the batch.
@@ -55,6 +56,9 @@ def variants(run) -> list[tuple[str, str, dict, int | None]]:
     if t.train_vision:
         out.append(("no --train-vision", "the vision tower and projector stay frozen (LoRA on the language model only)",
                     {"train_vision": None}, None))
+    if t.lora_dropout and t.train_type != "full":
+        out.append(("--lora-dropout 0", f"no LoRA dropout (was {t.lora_dropout:g}): trains without its regularization",
+                    {"dropout": 0.0}, None))
     if not t.grad_checkpoint:
         out.append(("--grad-checkpoint", "a slower step: every block's forward runs again in the backward",
                     {"grad_checkpoint": True}, None))
