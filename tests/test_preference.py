@@ -133,10 +133,13 @@ def test_grpo_scoring_logits_are_the_measured_slope(beta):
     """The vocabulary-sized buffers of a scoring microbatch, counted by
     grpo_scoring_logits (the reference's as many again when beta is not 0), equal the
     slope of the measured peak over the vocabulary."""
-    # In a process of its own: in the suite's process it once read 2.87M where fresh processes read
-    # 2.57-2.60M, quiet or busy (not a block class left checkpointed: none is; the cause not found).
-    measured = _measured_apart("-c", "import test_preference as t; "
-                               f"print(t._grpo_scoring_peak(16384, {beta}) - t._grpo_scoring_peak(8192, {beta}))")
+    # In a process of its own, each peak the least of three: fresh processes read 2.59-2.61M, but
+    # one beside the whole suite once read 2.91M (and the suite's own process 2.87M). The CPU
+    # runs some buffers ahead of their turn when it can, which only adds to a peak, so the least
+    # of a few is the step's own.
+    least = "min(t._grpo_scoring_peak({v}, {b}) for _ in range(3))"
+    measured = _measured_apart("-c", "import test_preference as t; print("
+                               f"{least.format(v=16384, b=beta)} - {least.format(v=8192, b=beta)})")
     # width = 32 tokens: T = 31 positions fed, 16 scored (those after the prompt's last)
     counted = (est.grpo_scoring_logits(1, 31, 16, 16384, 4) - est.grpo_scoring_logits(1, 31, 16, 8192, 4)) * (2 if beta else 1)
     assert counted == pytest.approx(measured, rel=0.06)
