@@ -468,9 +468,17 @@ CLAIMTRACE_HOW = ("its lora_config.yaml (16 blocks, batch 1, 4 steps accumulated
 CLAIMTRACE_Q4 = "; the author's 4-bit base (mlx_lm.convert -q --q-bits 4 --q-group-size 64)"
 
 
-def _claimtrace(key, row, quantized, longest, peak_gb, date, trust, how):
+def _claimtrace(key, row, quantized, peak_gb, date, trust, rows, epochs, longest, mean=None, iterations=2000):
+    """One claimtrace run: its longest row trained where the run covers an epoch, else at
+    least the rows' mean and at most their longest."""
     training = dict(CLAIMTRACE_TRAINING, quantize=True) if quantized else CLAIMTRACE_TRAINING
-    return _run(key, row, CLAIMTRACE, "Qwen/Qwen3-1.7B", training, longest, peak_gb, 0.0005, date, "0.32.0", trust,
+    how = f"; {iterations:,} iterations over {rows:,} rows ({epochs} epochs"
+    if mean is None:
+        how += f"): the longest, {longest}, trained"
+    else:
+        how += f"; {mean:,} on average, the longest {longest}): the longest trained at least the mean, at most {longest}"
+    return _run(key, row, CLAIMTRACE, "Qwen/Qwen3-1.7B", training, longest if mean is None else (mean, longest),
+                peak_gb, 0.0005, date, "0.32.0", trust,
                 CLAIMTRACE_HOW + (CLAIMTRACE_Q4 if quantized else "; bf16") + how, file=SIXTH_FILE,
                 **({"config": CONVERT_Q4} if quantized else {}))
 
@@ -530,26 +538,22 @@ RUNS_SIXTH: tuple[ev.Run, ...] = (
          "tool-routing rows of unstated length, bounded by the 768 cap; 16.113 GB printed again and again over the "
          "900 iterations (16.129 at the end)",
          file=SIXTH_FILE),
-    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-smoke", 18, True, (1477, 3187), 5.529, "2026-08-18", "low",
-                "; the smoke run: 8 iterations over 34 rows (median 1422, longest 3187, 1,477 on average): the "
-                "longest trained at least the mean, at most 3187"),
-    _claimtrace("claimtrace-qwen3-1.7b-bf16-16l-r16-b1-ckpt-n135", 19, False, 4382, 10.551, "2026-08-18", "high",
-                "; 2,000 iterations over 1,467 rows (1.36 epochs): the longest, 4382, trained"),
-    _claimtrace("claimtrace-qwen3-1.7b-bf16-16l-r16-b1-ckpt-n270", 20, False, (1516, 4450), 10.669, "2026-08-18",
-                "medium", "; 2,000 iterations over 2,982 rows (0.67 epoch; 1,516 on average, the longest 4450): the "
-                "longest trained at least the mean, at most 4450"),
-    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q33", 21, True, 4295, 8.497, "2026-08-19", "high",
-                "; 2,000 iterations over 357 rows (5.6 epochs): the longest, 4295, trained"),
-    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q67", 22, True, 4295, 7.753, "2026-08-19", "high",
-                "; 2,000 iterations over 723 rows (2.77 epochs): the longest, 4295, trained"),
-    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q135", 23, True, 4382, 8.457, "2026-08-18", "high",
-                "; 2,000 iterations over 1,467 rows (1.36 epochs): the longest, 4382, trained"),
-    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q270", 24, True, (1516, 4450), 7.788, "2026-08-18",
-                "medium", "; 2,000 iterations over 2,982 rows (0.67 epoch; 1,516 on average, the longest 4450): the "
-                "longest trained at least the mean, at most 4450"),
-    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q236v2", 25, True, (1171, 3162), 6.291, "2026-08-20",
-                "medium", "; 2,000 iterations over 2,618 rows (0.76 epoch; 1,171 on average, the longest 3162): the "
-                "longest trained at least the mean, at most 3162"),
+    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-smoke", 18, True, 5.529, "2026-08-18", "low",
+                rows=34, epochs="0.24", longest=3187, mean=1477, iterations=8),
+    _claimtrace("claimtrace-qwen3-1.7b-bf16-16l-r16-b1-ckpt-n135", 19, False, 10.551, "2026-08-18", "high",
+                rows=1467, epochs="1.36", longest=4382),
+    _claimtrace("claimtrace-qwen3-1.7b-bf16-16l-r16-b1-ckpt-n270", 20, False, 10.669, "2026-08-18", "medium",
+                rows=2982, epochs="0.67", longest=4450, mean=1516),
+    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q33", 21, True, 8.497, "2026-08-19", "high",
+                rows=357, epochs="5.6", longest=4295),
+    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q67", 22, True, 7.753, "2026-08-19", "high",
+                rows=723, epochs="2.77", longest=4295),
+    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q135", 23, True, 8.457, "2026-08-18", "high",
+                rows=1467, epochs="1.36", longest=4382),
+    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q270", 24, True, 7.788, "2026-08-18", "medium",
+                rows=2982, epochs="0.67", longest=4450, mean=1516),
+    _claimtrace("claimtrace-qwen3-1.7b-4bit-16l-r16-b1-ckpt-q236v2", 25, True, 6.291, "2026-08-20", "medium",
+                rows=2618, epochs="0.76", longest=3162, mean=1171),
 )
 
 NOT_SCORED_SIXTH: tuple = ()
