@@ -559,6 +559,106 @@ RUNS_SIXTH: tuple[ev.Run, ...] = (
 NOT_SCORED_SIXTH: tuple = ()
 
 SEVENTH_FILE = "mac_runs_blind7.csv"
+EIGHTH_FILE = "mac_runs_blind8.csv"
+SANDBOX = "github.com/Michiel-DK/agent-sandbox (code index)"
+SANDBOX_TRAINING = dict(batch_size=1, num_layers=8, grad_checkpoint=True, max_seq_length=6144, quantize=True)
+SANDBOX_HOW = ("mlx-community's gemma-4-e2b-it-4bit (4 bits, group 64 assumed) on a 16 GB Mac, mlx-lm 0.31.3: 8 blocks, "
+               "rank 8 (not passed), every linear (3.4M trainable printed), batch 1, checkpointed, max_seq_length "
+               "6144; the peak to 0.1 GB, of the whole run, past the 16 GB (the run swapped)")
+GEORGIA = "github.com/sreejamuvva2002/georgia-ev-finetune"
+GEORGIA_TRAINING = dict(batch_size=4, num_layers=-1, scale=10.0, grad_checkpoint=True, quantize=True)
+GEORGIA_HOW = ("lmstudio-community's 8-bit Qwen2.5-14B-Instruct (its config: 8 bits, group 64) on a 48 GB M4 Pro, mlx "
+               "0.31.2 / mlx-lm 0.31.3, its training logs: all 48 blocks, every linear, scale 10, batch 4, "
+               "checkpointed, mask_prompt")
+GEORGIA_Q8 = {"quantization": {"bits": 8, "group_size": 64}}
+MEDTECH = "github.com/Rsan0948/medtech_LLM"
+MEDTECH_HOW = ("mlx-community's bf16 conversion on a 64 GB Mac, mlx 0.32.2 / mlx-lm 0.31.3: 32 blocks, rank 64, scale 2, "
+               "dropout 0.05, every linear (no keys given), checkpointed, max_seq_length 2048, mask_prompt; 715 rows "
+               "whose answers average ~520 tokens: the longest at least that, at most the cap; the peak to 0.1 GB")
+
+RUNS_EIGHTH: tuple[ev.Run, ...] = (
+    _run("agent-sandbox-i0-gemma-4-e2b-it-4bit-8l-b2-1536-16gb", 0, SANDBOX, "mlx-community/gemma-4-E2B-it-4bit",
+         dict(batch_size=2, num_layers=8, max_seq_length=1536, quantize=True), (32, 1536), 10.3, 0.05, "2026-09-18",
+         "0.31.3", "low",
+         "the I0 probe: mlx-community's gemma-4-e2b-it-4bit (4 bits, group 64 assumed) on a 16 GB Mac, mlx-lm "
+         "0.31.3: 8 blocks, rank 8 (not passed), every linear (3.4M trainable printed), batch 2, not checkpointed, "
+         "max_seq_length 1536, 120 iterations over 22 rows; their lengths not stated, bounded by the cap",
+         file=EIGHTH_FILE),
+    _run("agent-sandbox-i2v1-gemma-4-e2b-it-4bit-8l-b1-ckpt-6144-16gb", 1, SANDBOX, "mlx-community/gemma-4-E2B-it-4bit",
+         SANDBOX_TRAINING, (3600, 6144), 18.1, 0.05, "2026-09-20", "0.31.3", "medium",
+         SANDBOX_HOW + "; I2 v1: 100 iterations over 9 rows (every row trained), the longest 16,200 characters: "
+         "3,600 tokens or more at 4.5 characters a token or fewer, at most the cap",
+         file=EIGHTH_FILE),
+    _run("agent-sandbox-i2v2-gemma-4-e2b-it-4bit-8l-b1-ckpt-6144-16gb", 2, SANDBOX, "mlx-community/gemma-4-E2B-it-4bit",
+         SANDBOX_TRAINING, (32, 6144), 18.4, 0.05, "2026-09-21", "0.31.3", "low",
+         SANDBOX_HOW + "; I2 v2: 150 iterations over 14 rows, their lengths not stated, under the cap",
+         file=EIGHTH_FILE),
+    _run("agent-sandbox-i2v3-gemma-4-e2b-it-4bit-8l-b1-ckpt-6144-16gb", 3, SANDBOX, "mlx-community/gemma-4-E2B-it-4bit",
+         SANDBOX_TRAINING, 6666, 18.4, 0.05, "2026-09-21", "0.31.3", "medium",
+         SANDBOX_HOW + "; I2 v3: 250 iterations over 28 rows (~9 epochs), one of 6,666 tokens by the model's "
+         "tokenizer (the author's count), cut to the 6,144 cap",
+         file=EIGHTH_FILE),
+    _run("agent-sandbox-i2v4-gemma-4-e2b-it-4bit-8l-b1-ckpt-6144-16gb", 4, SANDBOX, "mlx-community/gemma-4-E2B-it-4bit",
+         SANDBOX_TRAINING, (2400, 6144), 18.4, 0.05, "2026-09-21", "0.31.3", "low",
+         SANDBOX_HOW + "; I2 v4: 400 iterations over 96 examples (each a v3 row's history up to one step, the one "
+         "over the cap dropped), mask_prompt; the longest kept at least a median v3 row (10,999 characters: "
+         "2,400 tokens or more), at most the cap",
+         file=EIGHTH_FILE),
+    _run("hearth-flywheel-n130-qwen2.5-14b-it-4bit-6l-b1-768-mini16gb", 5, "github.com/tsonali/imagination-engine",
+         "mlx-community/Qwen2.5-14B-Instruct-4bit", dict(batch_size=1, num_layers=6, max_seq_length=768, quantize=True),
+         2703, 10.940, 0.0005, "2026-07-08", "0.32.0", "low",
+         "its finetune.sh on a 16 GB Mac mini: 6 blocks, batch 1, max_seq_length 768, every linear at rank 8 "
+         "(mlx-lm's defaults), not checkpointed; the set holds rows of 2,703 tokens, and the two runs before it, "
+         "at the 1024 cap and the same order (mlx-lm's seed), ran out of memory at iterations 200-300, so rows over "
+         "the 768 cap were drawn before this peak at 300; the MLX of its date (not stated)",
+         file=EIGHTH_FILE),
+    _run("hearth-flywheel-n235-qwen2.5-14b-it-4bit-6l-b1-640-mini16gb", 6, "github.com/tsonali/imagination-engine",
+         "mlx-community/Qwen2.5-14B-Instruct-4bit", dict(batch_size=1, num_layers=6, max_seq_length=640, quantize=True),
+         2703, 10.522, 0.0005, "2026-07-11", "0.32.0", "low",
+         "the same script at max_seq_length 640, 1,500 iterations over a larger set holding rows of 2,703 tokens, "
+         "cut to the cap; the MLX of its date (not stated)",
+         file=EIGHTH_FILE),
+    _run("flint-v0-qwen2.5-3b-it-4bit-8l-b1-1024", 7, "github.com/wpf002/flint", "mlx-community/Qwen2.5-3B-Instruct-4bit",
+         dict(batch_size=1, num_layers=8, max_seq_length=1024, quantize=True), (32, 1024), 4.8, 0.05, "2026-06-27",
+         "0.31", "low",
+         "run_all.sh: 8 blocks, batch 1, max_seq_length 1024, every linear at rank 8 (mlx-lm's defaults), not "
+         "checkpointed; 81 teacher rows of unstated length, bounded by the cap; the peak to 0.1 GB",
+         file=EIGHTH_FILE),
+    _run("flint-v1-qwen2.5-7b-it-4bit-8l-b1-1024", 8, "github.com/wpf002/flint", "mlx-community/Qwen2.5-7B-Instruct-4bit",
+         dict(batch_size=1, num_layers=8, max_seq_length=1024, quantize=True), (32, 1024), 8.8, 0.05, "2026-06-27",
+         "0.31", "low", "the same settings and rows on the 7B (300 iterations: every row trained); the peak to 0.1 GB",
+         file=EIGHTH_FILE),
+    _run("georgia-ev-v3-qwen2.5-14b-it-mlx-8bit-48l-r16-b4-ckpt-1024-m4pro-48gb", 9, GEORGIA,
+         "Qwen/Qwen2.5-14B-Instruct", dict(GEORGIA_TRAINING, rank=16, max_seq_length=1024), (32, 1024), 24.762, 0.0005,
+         "2026-06-14", "0.31.2", "medium",
+         GEORGIA_HOW + "; v3: rank 16 (68.813M printed), dropout 0 (not stated), max_seq_length 1024, 1,200 "
+         "iterations; the rows' lengths not measured in tokens, bounded by the cap",
+         config=GEORGIA_Q8, file=EIGHTH_FILE),
+    _run("georgia-ev-v4-qwen2.5-14b-it-mlx-8bit-48l-r24-b4-ckpt-1536-m4pro-48gb", 10, GEORGIA,
+         "Qwen/Qwen2.5-14B-Instruct", dict(GEORGIA_TRAINING, rank=24, dropout=0.05, max_seq_length=1536), (1300, 1536),
+         29.041, 0.0005, "2026-06-15", "0.31.2", "medium",
+         GEORGIA_HOW + "; v4: rank 24 (103.219M printed), dropout 0.05, max_seq_length 1536, 3,300 iterations "
+         "(~2.5 epochs); the longest row 'max ~1.4k tok' (its config's comment): read as 1,300 or more",
+         config=GEORGIA_Q8, file=EIGHTH_FILE),
+    _run("georgia-ev-v5-qwen2.5-14b-it-mlx-8bit-48l-r24-b4-ckpt-1536-m4pro-48gb", 11, GEORGIA,
+         "Qwen/Qwen2.5-14B-Instruct", dict(GEORGIA_TRAINING, rank=24, dropout=0.05, max_seq_length=1536), (32, 1536),
+         29.041, 0.0005, "2026-06-16", "0.31.2", "low",
+         GEORGIA_HOW + "; v5: v4's settings on 5,635 rows, stopped at ~975 iterations (0.7 epoch): whether its "
+         "longest row was drawn is not known, bounded by the cap",
+         config=GEORGIA_Q8, file=EIGHTH_FILE),
+    _run("medtech-qwen3-8b-bf16-32l-r64-b8-ga2-ckpt-2048-64gb", 12, MEDTECH, "Qwen/Qwen3-8B",
+         dict(batch_size=8, grad_accumulation_steps=2, num_layers=32, rank=64, scale=2.0, dropout=0.05,
+              grad_checkpoint=True), (520, 2048), 47.8, 0.05, "2026-08-26", "0.32.2", "low",
+         MEDTECH_HOW + "; Qwen3-8B at batch 8, 2 steps accumulated, ~360 iterations (early-stopped)",
+         file=EIGHTH_FILE),
+    _run("medtech-qwen3-4b-bf16-32l-r64-b4-ga4-ckpt-2048-64gb", 13, MEDTECH, "Qwen/Qwen3-4B",
+         dict(batch_size=4, grad_accumulation_steps=4, num_layers=32, rank=64, scale=2.0, dropout=0.05,
+              grad_checkpoint=True), (520, 2048), 23.7, 0.05, "2026-08-27", "0.32.2", "low",
+         MEDTECH_HOW + "; Qwen3-4B at batch 4, 4 steps accumulated, 450 iterations (stopped at its cap)",
+         file=EIGHTH_FILE),
+)
+
+NOT_SCORED_EIGHTH: tuple = ()
 
 RUNS_SEVENTH: tuple[ev.Run, ...] = (
     _run("llama-3.2-1b-it-bf16-b4-16l-4096-nosplit-awni-mlxlm47", 0, "mlx-lm PR #47", "meta-llama/Llama-3.2-1B-Instruct",
@@ -585,4 +685,4 @@ NOT_SCORED_SEVENTH: tuple = ()
 SETS = {FILE: (RUNS, TIME_ROWS, NOT_SCORED), SECOND_FILE: (RUNS_SECOND, TIME_ROWS_SECOND, NOT_SCORED_SECOND),
         THIRD_FILE: (RUNS_THIRD, (), NOT_SCORED_THIRD), FOURTH_FILE: (RUNS_FOURTH, (), NOT_SCORED_FOURTH),
         FIFTH_FILE: (RUNS_FIFTH, (), NOT_SCORED_FIFTH), SIXTH_FILE: (RUNS_SIXTH, (), NOT_SCORED_SIXTH),
-        SEVENTH_FILE: (RUNS_SEVENTH, (), NOT_SCORED_SEVENTH)}
+        SEVENTH_FILE: (RUNS_SEVENTH, (), NOT_SCORED_SEVENTH), EIGHTH_FILE: (RUNS_EIGHTH, (), NOT_SCORED_EIGHTH)}
