@@ -180,8 +180,7 @@ def dimensions(model: ModelInfo, training: TrainingConfig, data=None, length: in
                         lambda t: replace(t, quantize=True)))
     dims["method"] = methods
     dims["dropout"] = [] if training.fine_tune_type == "full" or not training.dropout else [
-        (Change("dropout", "--lora-dropout 0", COST_NO_DROPOUT,
-                f"no LoRA dropout (was {training.dropout:g}): trains without its regularization"),
+        (Change("dropout", "--lora-dropout 0", COST_NO_DROPOUT, no_dropout_costs(training.dropout)),
          lambda t: replace(t, dropout=0.0))
     ]
     if model.architecture is not None:
@@ -206,6 +205,11 @@ def dimensions(model: ModelInfo, training: TrainingConfig, data=None, length: in
     ]
     order = ("method", "checkpoint", "batch", "dropout", "length", "layers")
     return {name: dims[name] for name in order if name in dims}
+
+
+def no_dropout_costs(dropout: float) -> str:
+    """What --lora-dropout 0 costs a run with this dropout, in words (every mode's plans)."""
+    return f"no LoRA dropout (was {dropout:g}): trains without its regularization"
 
 
 def _truncation_words(n: int, data) -> str:

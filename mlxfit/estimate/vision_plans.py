@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from ..model.images import QwenRules
 from .preference import Change
+from .remedies import no_dropout_costs
 from .vision import run_estimate
 
 PIXEL_STEP = 2  # each cap offered holds half the pixels of the one before
@@ -57,8 +58,7 @@ def variants(run) -> list[tuple[str, str, dict, int | None]]:
         out.append(("no --train-vision", "the vision tower and projector stay frozen (LoRA on the language model only)",
                     {"train_vision": None}, None))
     if t.lora_dropout and t.train_type != "full":
-        out.append(("--lora-dropout 0", f"no LoRA dropout (was {t.lora_dropout:g}): trains without its regularization",
-                    {"dropout": 0.0}, None))
+        out.append(("--lora-dropout 0", no_dropout_costs(t.lora_dropout), {"dropout": 0.0}, None))
     if not t.grad_checkpoint:
         out.append(("--grad-checkpoint", "a slower step: every block's forward runs again in the backward",
                     {"grad_checkpoint": True}, None))
