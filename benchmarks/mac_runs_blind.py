@@ -571,6 +571,13 @@ GEORGIA_HOW = ("lmstudio-community's 8-bit Qwen2.5-14B-Instruct (its config: 8 b
                "0.31.2 / mlx-lm 0.31.3, its training logs: all 48 blocks, every linear, scale 10, batch 4, "
                "checkpointed, mask_prompt")
 GEORGIA_Q8 = {"quantization": {"bits": 8, "group_size": 64}}
+
+
+def _georgia(key, row, rank, dropout, cap, longest, peak_gb, date, trust, how):
+    return _run(key, row, GEORGIA, "Qwen/Qwen2.5-14B-Instruct",
+                dict(GEORGIA_TRAINING, rank=rank, dropout=dropout, max_seq_length=cap), longest, peak_gb, 0.0005, date,
+                "0.31.2", trust, GEORGIA_HOW + how, config=GEORGIA_Q8, file=EIGHTH_FILE)
+
 MEDTECH = "github.com/Rsan0948/medtech_LLM"
 MEDTECH_HOW = ("mlx-community's bf16 conversion on a 64 GB Mac, mlx 0.32.2 / mlx-lm 0.31.3: 32 blocks, rank 64, scale 2, "
                "dropout 0.05, every linear (no keys given), checkpointed, max_seq_length 2048, mask_prompt; 715 rows "
@@ -628,24 +635,18 @@ RUNS_EIGHTH: tuple[ev.Run, ...] = (
          dict(batch_size=1, num_layers=8, max_seq_length=1024, quantize=True), (32, 1024), 8.8, 0.05, "2026-06-27",
          "0.31", "low", "the same settings and rows on the 7B (300 iterations: every row trained); the peak to 0.1 GB",
          file=EIGHTH_FILE),
-    _run("georgia-ev-v3-qwen2.5-14b-it-mlx-8bit-48l-r16-b4-ckpt-1024-m4pro-48gb", 9, GEORGIA,
-         "Qwen/Qwen2.5-14B-Instruct", dict(GEORGIA_TRAINING, rank=16, max_seq_length=1024), (32, 1024), 24.762, 0.0005,
-         "2026-06-14", "0.31.2", "medium",
-         GEORGIA_HOW + "; v3: rank 16 (68.813M printed), dropout 0 (not stated), max_seq_length 1024, 1,200 "
-         "iterations; the rows' lengths not measured in tokens, bounded by the cap",
-         config=GEORGIA_Q8, file=EIGHTH_FILE),
-    _run("georgia-ev-v4-qwen2.5-14b-it-mlx-8bit-48l-r24-b4-ckpt-1536-m4pro-48gb", 10, GEORGIA,
-         "Qwen/Qwen2.5-14B-Instruct", dict(GEORGIA_TRAINING, rank=24, dropout=0.05, max_seq_length=1536), (1300, 1536),
-         29.041, 0.0005, "2026-06-15", "0.31.2", "medium",
-         GEORGIA_HOW + "; v4: rank 24 (103.219M printed), dropout 0.05, max_seq_length 1536, 3,300 iterations "
-         "(~2.5 epochs); the longest row 'max ~1.4k tok' (its config's comment): read as 1,300 or more",
-         config=GEORGIA_Q8, file=EIGHTH_FILE),
-    _run("georgia-ev-v5-qwen2.5-14b-it-mlx-8bit-48l-r24-b4-ckpt-1536-m4pro-48gb", 11, GEORGIA,
-         "Qwen/Qwen2.5-14B-Instruct", dict(GEORGIA_TRAINING, rank=24, dropout=0.05, max_seq_length=1536), (32, 1536),
-         29.041, 0.0005, "2026-06-16", "0.31.2", "low",
-         GEORGIA_HOW + "; v5: v4's settings on 5,635 rows, stopped at ~975 iterations (0.7 epoch): whether its "
-         "longest row was drawn is not known, bounded by the cap",
-         config=GEORGIA_Q8, file=EIGHTH_FILE),
+    _georgia("georgia-ev-v3-qwen2.5-14b-it-mlx-8bit-48l-r16-b4-ckpt-1024-m4pro-48gb", 9, 16, 0.0, 1024, (32, 1024),
+             24.762, "2026-06-14", "medium",
+             "; v3: rank 16 (68.813M printed), dropout 0 (not stated), max_seq_length 1024, 1,200 iterations; the "
+             "rows' lengths not measured in tokens, bounded by the cap"),
+    _georgia("georgia-ev-v4-qwen2.5-14b-it-mlx-8bit-48l-r24-b4-ckpt-1536-m4pro-48gb", 10, 24, 0.05, 1536, (1300, 1536),
+             29.041, "2026-06-15", "medium",
+             "; v4: rank 24 (103.219M printed), dropout 0.05, max_seq_length 1536, 3,300 iterations (~2.5 epochs); the "
+             "longest row 'max ~1.4k tok' (its config's comment): read as 1,300 or more"),
+    _georgia("georgia-ev-v5-qwen2.5-14b-it-mlx-8bit-48l-r24-b4-ckpt-1536-m4pro-48gb", 11, 24, 0.05, 1536, (32, 1536),
+             29.041, "2026-06-16", "low",
+             "; v5: v4's settings on 5,635 rows, stopped at ~975 iterations (0.7 epoch): whether its longest row was "
+             "drawn is not known, bounded by the cap"),
     _run("medtech-qwen3-8b-bf16-32l-r64-b8-ga2-ckpt-2048-64gb", 12, MEDTECH, "Qwen/Qwen3-8B",
          dict(batch_size=8, grad_accumulation_steps=2, num_layers=32, rank=64, scale=2.0, dropout=0.05,
               grad_checkpoint=True), (520, 2048), 47.8, 0.05, "2026-08-26", "0.32.2", "low",
