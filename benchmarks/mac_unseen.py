@@ -1,9 +1,10 @@
 """The shipped Mac estimates on public Mac runs that no fit or design choice has seen.
 
-    python benchmarks/mac_unseen.py [--file mac_runs_blind2.csv | ... | mac_runs_blind5.csv]
+    python benchmarks/mac_unseen.py [--file mac_runs_blind2.csv | ... | mac_runs_blind8.csv]
 
-benchmarks/evidence/mac_runs_blind.csv (the default) and mac_runs_blind2.csv to mac_runs_blind5.csv
-(found later, for the same frozen memory model) hold public mlx-lm fine-tuning logs from Apple silicon
+benchmarks/evidence/mac_runs_blind.csv (the default) and mac_runs_blind2.csv onwards (found later,
+each scored with the memory model frozen when it was found: benchmarks/mac_runs_blind.py SETS and
+docs/accuracy.md say which) hold public mlx-lm fine-tuning logs from Apple silicon
 found while the memory model changed and read into runs (benchmarks/mac_runs_blind.py) without
 any estimate; the model (its form, coefficients and ranges) and the Mac time model
 (mlxfit/estimate/step_time.py with the efficiency in mlxfit/data/apple_chips.json) were frozen
