@@ -133,13 +133,15 @@ def test_grpo_scoring_logits_are_the_measured_slope(beta):
     """The vocabulary-sized buffers of a scoring microbatch, counted by
     grpo_scoring_logits (the reference's as many again when beta is not 0), equal the
     slope of the measured peak over the vocabulary."""
-    # In a process of its own, each peak the least of three: fresh processes read 2.59-2.61M, but
-    # one beside the whole suite once read 2.91M (and the suite's own process 2.87M). The CPU
-    # runs some buffers ahead of their turn when it can, which only adds to a peak, so the least
-    # of a few is the step's own.
-    least = "min(t._grpo_scoring_peak({v}, {b}) for _ in range(3))"
-    measured = _measured_apart("-c", "import test_preference as t; print("
-                               f"{least.format(v=16384, b=beta)} - {least.format(v=8192, b=beta)})")
+    # In a process of its own: fresh processes read 2.57-2.61M, quiet or beside busy CPU and MLX
+    # loads; within the whole suite one read 2.91M in 2 of 10 runs (the least of three repeats in
+    # one process too, so it is the process's, not one evaluation's), and the suite's own process
+    # once 2.87M. Measured synchronously (measure/steps.py evaluated_synchronously) the slope is
+    # 0.56-1.21M: most of what is counted is what mlx-lm-lora's asynchronous evaluation allocates
+    # ahead, which is what its runs hold. Why the suite's children sometimes hold one more
+    # vocabulary-sized buffer is not found.
+    measured = _measured_apart("-c", "import test_preference as t; "
+                               f"print(t._grpo_scoring_peak(16384, {beta}) - t._grpo_scoring_peak(8192, {beta}))")
     # width = 32 tokens: T = 31 positions fed, 16 scored (those after the prompt's last)
     counted = (est.grpo_scoring_logits(1, 31, 16, 16384, 4) - est.grpo_scoring_logits(1, 31, 16, 8192, 4)) * (2 if beta else 1)
     assert counted == pytest.approx(measured, rel=0.06)
