@@ -73,8 +73,10 @@ def test_slice_agrees_with_a_full_measurement(flags, batch, length):
     sliced = measure_by_slices(model, training, None, max_steps=6, timeout=300)
     full = measure(request_for(model, training, max_steps=6), timeout=300)
     assert sliced.method == "slice" and full.method == "full"
-    # The slices' own peaks and step peaks in the message: one CI run in seven read 299.6 MB
-    # sliced against 335.7 MB full, which eight local repeats (336.6-338.3) never did.
+    # The slices' own peaks and step peaks in the message. Two CI runs read about 300 MB sliced
+    # against 336 MB full: one step of the one-block slice held a logits-sized buffer more
+    # (91.0 MB against 75.3), which the slices' mean per step carried into the per-block
+    # increase 14 times over; they are now compared by their least step peak.
     seen = {"slice peaks": sliced.slice["peaks_bytes"], "full steps": full.to_dict().get("step_peaks_bytes")}
     assert sliced.peak_with_load_bytes == pytest.approx(full.peak_with_load_bytes, rel=0.03), seen
     assert sliced.slice["peak_bytes"] < 0.45 * full.peak_with_load_bytes

@@ -148,10 +148,12 @@ def measure_once(request: dict, training, blocks: int | None = None, synchronous
                  on_step=None) -> dict:
     """Build the model (its last `blocks` only, for a slice), take the steps (exactly
     `steps`, or the request's rule), free it. With `steps`, each step's own peak is
-    read too, and `typical_peak_bytes` is their mean over the steps after the first
-    optimizer update (the largest of each accumulation cycle): a synchronous peak
-    moves by about one activation from step to step, and a mean moves less than a
-    maximum.
+    read too, and `least_peak_bytes` is the least over the steps after the first
+    optimizer update (the largest of each accumulation cycle): even evaluated
+    synchronously the main thread may allocate up to one scheduler task (ten
+    kernels) ahead of the CPU worker, whose lag only adds the inputs it has not yet
+    released (a logits-sized buffer, now and then, on a loaded machine), so the
+    least is the graph's own peak.
 
     Peaks are the process's MLX peak less what was already held, so one process can
     measure several slices in turn (mlxfit/measure/slicing.py)."""
@@ -197,7 +199,7 @@ def measure_once(request: dict, training, blocks: int | None = None, synchronous
     k = training.grad_accumulation_steps
     cycles = [max(own_peaks[i:i + k]) for i in range(k, len(own_peaks) - k + 1, k)]
     return {
-        **({"typical_peak_bytes": round(sum(cycles) / len(cycles))} if cycles else {}),
+        **({"least_peak_bytes": min(cycles)} if cycles else {}),
         "peak_bytes": steps_peak,
         "peak_with_load_bytes": max(load_peak, steps_peak),
         "load_peak_bytes": load_peak,
