@@ -661,6 +661,89 @@ RUNS_EIGHTH: tuple[ev.Run, ...] = (
 
 NOT_SCORED_EIGHTH: tuple = ()
 
+NINTH_FILE = "mac_runs_blind9.csv"
+TENTH_FILE = "mac_runs_blind10.csv"
+JAC = "github.com/jaseci-labs/jac_ml_studio"
+JAC_HOW = ("Qwen3-Coder-30B-A3B-Instruct converted to 4 bits by mlx_lm.convert (group 64 inferred), read as Qwen3-30B-A3B, "
+           "whose architecture it shares (281.838M trainable printed = rank 16 on every linear of 16 blocks, the "
+           "switch experts included); on the project's M5 Pro (20-core GPU, 48 GB), mlx-lm 0.31, the MLX of its date; "
+           "rank 16, scale 2, dropout 0.05, 16 blocks")
+QXEN = "github.com/Hillo-QX/qxen-cd"
+QXEN_HOW = ("Qwen3.5-9B at 4 bits (its local conversion, group 64 assumed) on a 24 GB Mac, mlx-lm 0.31.3, the MLX of its "
+            "date; batch 1, checkpointed, clear_cache_threshold 1-2 GB (the cache is not counted in the peak), every "
+            "linear (no keys)")
+METRIN = "github.com/davrv93/s10-metrin"
+METRIN_HOW = ("mlx-community's Qwen2.5-3B-Instruct-4bit (4 bits, group 64) on a 24 GB Mac, MLX 0.32.3 and mlx-lm 0.31.3 "
+              "stated: its adapter_config.json (batch 2, 16 blocks, rank 8, scale 20, dropout 0, max_seq_length 1024, "
+              "mask_prompt, not checkpointed, every linear); templated Spanish rows of one short exchange under a fixed "
+              "203-character system prompt: ~380 characters, about 100 tokens or more with the chat template, the "
+              "longest not measured (at most ")
+QWEN35_9B_Q4 = "mlx-community/Qwen3.5-9B-4bit"
+
+RUNS_NINTH: tuple[ev.Run, ...] = (
+    _run("jac-ml-studio-cpt-v1-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-4096-m5pro-48gb", 0, JAC, "Qwen/Qwen3-30B-A3B",
+         dict(batch_size=1, num_layers=16, rank=16, scale=2.0, dropout=0.05, grad_checkpoint=True,
+              max_seq_length=4096, quantize=True), 4096, 30.419, 0.0005, "2026-07-14", "0.32.0", "high",
+         JAC_HOW + "; continued pretraining on packed windows of 4,097 tokens cut to the 4,096 cap (its log's "
+         "warning), checkpointed, 2,586 iterations (30.419 GB from about iteration 560 to the end)",
+         config=CONVERT_Q4, file=NINTH_FILE),
+    _run("jac-ml-studio-sft-qwen-probe-qwen3-coder-30b-a3b-q4-16l-r16-b2-2048-m5pro-48gb", 1, JAC, "Qwen/Qwen3-30B-A3B",
+         dict(batch_size=2, num_layers=16, rank=16, scale=2.0, dropout=0.05, max_seq_length=2048, quantize=True),
+         (600, 2048), 31.284, 0.0005, "2026-07-09", "0.32.0", "medium",
+         JAC_HOW + "; SFT at batch 2, not checkpointed, no prompt masking, 600 iterations over 1,134 rows (every row "
+         "trained by iteration 567); the longest row 3,208 JSON characters: 600 tokens or more, at most the cap",
+         config=CONVERT_Q4, file=NINTH_FILE),
+    _run("qwen3-distill-qwen3-8b-bf16-16l-b1-2048", 2, "code-index 55438207805", "Qwen/Qwen3-8B",
+         dict(batch_size=1), (686, 2048), 25.333, 0.0005, "2026-06-10", "0.31.2", "low",
+         "Qwen/Qwen3-8B's bf16 weights from the Hub, mlx-lm 0.31.2-0.31.3 (its traceback's lines), the MLX of its date; "
+         "batch 1 and mlx-lm's defaults otherwise (16 blocks, rank 8, every linear, max_seq_length 2048, not "
+         "checkpointed); 548,777 tokens in 800 iterations (~686 a row): the longest at least that, at most the cap; "
+         "the peak as printed from iteration 780 on (the excerpt's first line)",
+         file=NINTH_FILE),
+)
+
+NOT_SCORED_NINTH: tuple = ()
+
+RUNS_TENTH: tuple[ev.Run, ...] = (
+    _run("qxen-safe-v11-t031-qwen3.5-9b-4bit-4l-r4-b1-ckpt-512-24gb", 0, QXEN, QWEN35_9B_Q4,
+         dict(batch_size=1, num_layers=4, rank=4, scale=20.0, dropout=0.0, grad_checkpoint=True, max_seq_length=512,
+              quantize=True), (32, 512), 13.627, 0.0005, "2026-08-12", "0.32.1", "medium",
+         QXEN_HOW + "; config v11: 4 blocks, rank 4 (1.352M printed), 500 iterations over 92 rows of unstated "
+         "length, bounded by the 512 cap (nine more runs of the same settings printed 13.5-13.652 GB)",
+         file=TENTH_FILE),
+    _run("qxen-ctxA-mixed-t052-qwen3.5-9b-4bit-4l-r8-b1-ga4-ckpt-512-24gb", 1, QXEN, QWEN35_9B_Q4,
+         dict(batch_size=1, grad_accumulation_steps=4, num_layers=4, grad_checkpoint=True, max_seq_length=512,
+              quantize=True), (32, 512), 9.862, 0.0005, "2026-08-13", "0.32.1", "low",
+         QXEN_HOW + "; its script: 4 blocks at rank 8 (not passed), 4 steps accumulated, 500 iterations over 477 "
+         "rows whose prompts were built to at most 500 tokens, bounded by the 512 cap",
+         file=TENTH_FILE),
+    _run("qxen-ctxA-balanced-t049-qwen3.5-9b-4bit-4l-r8-b1-ga4-ckpt-512-24gb", 2, QXEN, QWEN35_9B_Q4,
+         dict(batch_size=1, grad_accumulation_steps=4, num_layers=4, grad_checkpoint=True, max_seq_length=512,
+              quantize=True), (32, 512), 7.16, 0.005, "2026-08-13", "0.32.1", "low",
+         QXEN_HOW + "; the same script on 78 rows (every row trained by iteration 325, where the project's monitor "
+         "stopped it for the system's free memory), bounded by the 512 cap",
+         file=TENTH_FILE),
+    _run("qxen-safe-v1-t020-qwen3.5-9b-4bit-8l-r8-b1-ckpt-1024-24gb-crash", 3, QXEN, QWEN35_9B_Q4,
+         dict(batch_size=1, num_layers=8, rank=8, grad_checkpoint=True, max_seq_length=1024, quantize=True),
+         (32, 1024), 33.6, 0.05, "2026-08-12", "0.32.1", "low",
+         QXEN_HOW + "; config v1: 8 blocks at rank 8 (5.410M printed), max_seq_length 1024, the 92 rows of unstated "
+         "length; the last peak printed before the machine rebooted, far past its 24 GB",
+         file=TENTH_FILE),
+    _run("metrin-pilot-qwen2.5-3b-it-4bit-16l-r8-b2-1024-mask-24gb-mlx0323", 4, METRIN,
+         "mlx-community/Qwen2.5-3B-Instruct-4bit",
+         dict(batch_size=2, num_layers=16, rank=8, scale=20.0, dropout=0.0, max_seq_length=1024, quantize=True),
+         (100, 250), 3.16, 0.005, "2026-09-30", "0.32.3", "medium",
+         METRIN_HOW + "250, inferred, rough); the pilot: 300 iterations over 244 rows", file=TENTH_FILE),
+    _run("metrin-5000v2-qwen2.5-3b-it-4bit-16l-r8-b2-1024-mask-24gb-mlx0323", 5, METRIN,
+         "mlx-community/Qwen2.5-3B-Instruct-4bit",
+         dict(batch_size=2, num_layers=16, rank=8, scale=20.0, dropout=0.0, max_seq_length=1024, quantize=True),
+         (100, 300), 3.683, 0.0005, "2026-10-01", "0.32.3", "medium",
+         METRIN_HOW + "300 with a one-sentence guide fragment in some user turns, inferred, rough); 2,250 iterations "
+         "over 4,500 rows, one pass", file=TENTH_FILE),
+)
+
+NOT_SCORED_TENTH: tuple = ()
+
 RUNS_SEVENTH: tuple[ev.Run, ...] = (
     _run("llama-3.2-1b-it-bf16-b4-16l-4096-nosplit-awni-mlxlm47", 0, "mlx-lm PR #47", "meta-llama/Llama-3.2-1B-Instruct",
          dict(batch_size=4, num_layers=16, max_seq_length=4096), 4096, 69.810, 0.0005, "2025-03-22", "0.24",
@@ -686,4 +769,5 @@ NOT_SCORED_SEVENTH: tuple = ()
 SETS = {FILE: (RUNS, TIME_ROWS, NOT_SCORED), SECOND_FILE: (RUNS_SECOND, TIME_ROWS_SECOND, NOT_SCORED_SECOND),
         THIRD_FILE: (RUNS_THIRD, (), NOT_SCORED_THIRD), FOURTH_FILE: (RUNS_FOURTH, (), NOT_SCORED_FOURTH),
         FIFTH_FILE: (RUNS_FIFTH, (), NOT_SCORED_FIFTH), SIXTH_FILE: (RUNS_SIXTH, (), NOT_SCORED_SIXTH),
-        SEVENTH_FILE: (RUNS_SEVENTH, (), NOT_SCORED_SEVENTH), EIGHTH_FILE: (RUNS_EIGHTH, (), NOT_SCORED_EIGHTH)}
+        SEVENTH_FILE: (RUNS_SEVENTH, (), NOT_SCORED_SEVENTH), EIGHTH_FILE: (RUNS_EIGHTH, (), NOT_SCORED_EIGHTH),
+        NINTH_FILE: (RUNS_NINTH, (), NOT_SCORED_NINTH), TENTH_FILE: (RUNS_TENTH, (), NOT_SCORED_TENTH)}

@@ -110,6 +110,9 @@ def _adapted(run) -> int:
     ("agent-sandbox-i0-gemma-4-e2b-it-4bit-8l-b2-1536-16gb", 3.4e6),  # '3.4M trainable params'
     ("georgia-ev-v3-qwen2.5-14b-it-mlx-8bit-48l-r16-b4-ckpt-1024-m4pro-48gb", 68.813e6),
     ("georgia-ev-v4-qwen2.5-14b-it-mlx-8bit-48l-r24-b4-ckpt-1536-m4pro-48gb", 103.219e6),
+    ("jac-ml-studio-cpt-v1-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-4096-m5pro-48gb", 281.838e6),  # experts included
+    ("qxen-safe-v11-t031-qwen3.5-9b-4bit-4l-r4-b1-ckpt-512-24gb", 1.352e6),  # 3 gated-delta + 1 attention block
+    ("qxen-safe-v1-t020-qwen3.5-9b-4bit-8l-r8-b1-ckpt-1024-24gb-crash", 5.410e6),
 ])
 def test_the_reading_reproduces_the_logged_trainable_parameters(key, logged):
     run = next(r for r in EVERY_RUN if r.key == key)
