@@ -203,6 +203,8 @@ def score_file(name: str):
     written into the table): its rows were found after the form was frozen."""
     found = list(csv.DictReader(open(EVIDENCE.parent / name, encoding="utf-8")))
     rows = [r for r in found if r["split"] == "blind"]  # the rest say in their notes why they are not scored
+    if not rows:
+        raise SystemExit(f"{name}: no run to score ({len(found)} found, each not scored: its notes say why)")
     shipped = st.fitted_efficiency()
     fitted, per_op, band = shipped["fitted"], shipped["seconds_per_op"], tuple(shipped["range"])
     ratios = _ratios(rows, fitted, per_op)
