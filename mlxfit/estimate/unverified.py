@@ -3,9 +3,9 @@ peak without each: an estimate's range spans both (mlxfit/estimate/plan.py), so 
 promise of "fits" holds whichever way the mechanism turns out.
 
 - The fused cross-entropy: from mlx 0.32.3 mlx/nn/losses.py runs mx.fast.cross_entropy on
-  the GPU (mlxfit/runtime.py), read from MLX's source; every public Mac run with a logged
-  peak predates it (benchmarks/evidence/), so its saving is not measured. Without it: the
-  unfused loss every public run used.
+  the GPU (mlxfit/runtime.py), read from MLX's source; of the public Mac runs with a logged
+  peak (benchmarks/evidence/) two use it, of rough length, which fit either count, so its
+  saving is not measured. Without it: the unfused loss of earlier MLX.
 - Gated delta's per-token loop (Qwen3.5, qwen3_next): training runs gated_delta_ops, whose
   kept states and T^2 backward are measured on the CPU only; a public Mac report (mlx#3539,
   Qwen3.5-4B at 512 tokens in about 11 GB) logged far less than they count. Without it:
@@ -24,9 +24,9 @@ GPU = ("metal", "cuda")
 FUSED_CROSS_ENTROPY = "fused cross-entropy"
 GATED_DELTA = "gated delta's per-token loop"
 WHY = {
-    FUSED_CROSS_ENTROPY: "MLX from 0.32.3 runs mx.fast.cross_entropy on the GPU, read from its source but never "
-                         "measured on a Mac (no public run of it logs a peak), so the range also covers the unfused "
-                         "loss of earlier MLX",
+    FUSED_CROSS_ENTROPY: "MLX from 0.32.3 runs mx.fast.cross_entropy on the GPU, read from its source; the two "
+                         "public Mac runs of it with a logged peak, of rough length, do not tell it from the unfused "
+                         "loss of earlier MLX, so the range also covers that",
     GATED_DELTA: "training runs gated delta's per-token loop, counted from mlx-lm's source and measured on the CPU "
                  "only; a public Mac report (mlx#3539) logged far less, so the range also covers the estimate "
                  "without it",
