@@ -689,9 +689,11 @@ RUNS_NINTH: tuple[ev.Run, ...] = (
          config=CONVERT_Q4, file=NINTH_FILE),
     _run("jac-ml-studio-sft-qwen-probe-qwen3-coder-30b-a3b-q4-16l-r16-b2-2048-m5pro-48gb", 1, JAC, "Qwen/Qwen3-30B-A3B",
          dict(batch_size=2, num_layers=16, rank=16, scale=2.0, dropout=0.05, max_seq_length=2048, quantize=True),
-         (600, 2048), 31.284, 0.0005, "2026-07-09", "0.32.0", "medium",
-         JAC_HOW + "; SFT at batch 2, not checkpointed, no prompt masking, 600 iterations over 1,134 rows (every row "
-         "trained by iteration 567); the longest row 3,208 JSON characters: 600 tokens or more, at most the cap",
+         (250, 1810), 31.284, 0.0005, "2026-06-26", "0.32.0", "medium",
+         JAC_HOW + "; SFT at batch 2, not checkpointed, no prompt masking, 600 iterations over the 529 rows committed "
+         "with its log (every row trained by iteration 528), the longest 1,786 bytes: 250 tokens or more, at most one "
+         "a byte with the chat template's (corrected after scoring, which read the 1,134 rows of a later run: 600 "
+         "tokens or more, at most the cap; the next search found the data it ran on)",
          config=CONVERT_Q4, file=NINTH_FILE),
     _run("qwen3-distill-qwen3-8b-bf16-16l-b1-2048", 2, "code-index 55438207805", "Qwen/Qwen3-8B",
          dict(batch_size=1), (686, 2048), 25.333, 0.0005, "2026-06-10", "0.31.2", "low",
@@ -744,6 +746,90 @@ RUNS_TENTH: tuple[ev.Run, ...] = (
 
 NOT_SCORED_TENTH: tuple = ()
 
+ELEVENTH_FILE = "mac_runs_blind11.csv"
+JAC_LORA = dict(num_layers=16, rank=16, scale=2.0, dropout=0.05, max_seq_length=2048, quantize=True)
+PROBE_ROWS = ("; an SFT probe of 2026-06-26: batch 2, not checkpointed, no prompt masking, 600 iterations over the 529 "
+              "rows committed with its log (every row trained by iteration 528), the longest 1,786 bytes: 250 tokens "
+              "or more, at most one a byte with the chat template's")
+RFT_HOW = ("; a rejection-sampling round: SFT on the round's kept completions, checkpointed, 200 iterations, max_seq_length "
+           "2048; the Jac-trained 4-bit derivative of the model (SFT and DPO fused: the same architecture and "
+           "trainable count) where its key says jac-")
+
+
+def _jac(key, row, model, training, longest, peak_gb, date, trust, how):
+    return _run(key, row, JAC, model, dict(JAC_LORA, **training), longest, peak_gb, 0.0005, date, "0.32.0", trust,
+                JAC_HOW + how, config=CONVERT_Q4, file=ELEVENTH_FILE)
+
+
+def _rft(key, row, batch, longest, peak_gb, trust, rows):
+    return _jac(key, row, "Qwen/Qwen3-30B-A3B", dict(batch_size=batch, grad_checkpoint=True), longest, peak_gb,
+                "2026-07-15", trust, RFT_HOW + "; " + rows)
+
+
+RUNS_ELEVENTH: tuple[ev.Run, ...] = (
+    _jac("jac-ml-studio-sft-gemma-probe-gemma-4-26b-a4b-q4-16l-r16-b2-2048-m5pro-48gb", 0, "google/gemma-4-26B-A4B-it",
+         dict(batch_size=2), (250, 1810), 36.824, "2026-06-26", "medium",
+         "; Gemma-4-26B-A4B-it (356.708M trainable printed)" + PROBE_ROWS),
+    _jac("jac-ml-studio-sft-gptoss-probe-gpt-oss-20b-q4-16l-r16-b2-2048-m5pro-48gb", 1, "openai/gpt-oss-20b",
+         dict(batch_size=2), (250, 1810), 26.962, "2026-06-26", "medium",
+         "; gpt-oss-20b converted from its MXFP4 checkpoint to affine 4-bit (147.612M trainable printed)" + PROBE_ROWS),
+    _jac("jac-ml-studio-sft-qwen25c-probe-qwen2.5-coder-14b-q4-16l-r16-b2-2048-m5pro-48gb", 4,
+         "Qwen/Qwen2.5-14B-Instruct", dict(batch_size=2), (250, 1810), 18.586, "2026-06-26", "medium",
+         "; Qwen2.5-Coder-14B-Instruct read as Qwen2.5-14B-Instruct, whose architecture it shares (22.938M trainable "
+         "printed)" + PROBE_ROWS),
+    _jac("jac-ml-studio-sft-qwen2-qwen3-coder-30b-a3b-q4-16l-r16-b2-2048-1134rows-m5pro-48gb", 5, "Qwen/Qwen3-30B-A3B",
+         dict(batch_size=2), (450, 2048), 38.167, "2026-07-19", "medium",
+         "; the qwen2 SFT: batch 2, not checkpointed, no prompt masking, 1,300 iterations over 1,134 rows, the longest "
+         "3,207 bytes (450 tokens or more, at most the cap); the peak at iteration 480, inside the first epoch, and "
+         "not higher over the rest"),
+    _rft("jac-ml-studio-rft-jac-qwen3coder-r1-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-2048-m5pro-48gb", 6, 1, 565,
+         23.076, "high", "rung r1: one row of 565 tokens (the trained tokens rise by 5,650 every 10 iterations)"),
+    _rft("jac-ml-studio-rft-jac-qwen3coder-r3-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-2048-m5pro-48gb", 7, 1, 625,
+         23.140, "high", "rung r3: three rows of 315, 565 and 625 tokens (solved from the trained tokens)"),
+    _rft("jac-ml-studio-rft-jac-qwen3coder-r5-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-2048-m5pro-48gb", 8, 1,
+         (529, 2048), 23.140, "medium", "rung r5: five rows of 2,643 tokens together, the longest at least 529"),
+    _rft("jac-ml-studio-rft-jac-qwen3coder-r10-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-2048-m5pro-48gb", 9, 1,
+         (547, 2048), 23.446, "medium", "rung r10: rows of 547 tokens on average, not committed"),
+    _rft("jac-ml-studio-rft-jac-qwen3coder-r20-qwen3-coder-30b-a3b-q4-16l-r16-b2-ckpt-2048-m5pro-48gb", 10, 2,
+         (584, 2048), 25.347, "low", "rung r20 at batch 2: rows of 584 tokens on average, not committed"),
+    _rft("jac-ml-studio-rft-jac-qwen3coder-rall-qwen3-coder-30b-a3b-q4-16l-r16-b2-ckpt-2048-m5pro-48gb", 11, 2,
+         (588, 2048), 25.346, "low", "rung rall at batch 2: rows of 588 tokens on average, not committed"),
+    _rft("jac-ml-studio-rft-qwen3coder-r1-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-2048-m5pro-48gb", 12, 1, 565,
+         23.076, "high", "rung r1 of the fresh arm: one row of 565 tokens"),
+    _rft("jac-ml-studio-rft-qwen3coder-r3-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-2048-m5pro-48gb", 13, 1, 625,
+         23.140, "high", "rung r3 of the fresh arm: rows of 315, 565 and 625 tokens"),
+    _rft("jac-ml-studio-rft-qwen3coder-r5-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-2048-m5pro-48gb", 14, 1,
+         (496, 2048), 23.140, "medium", "rung r5 of the fresh arm: five rows of 2,481 tokens together"),
+    _rft("jac-ml-studio-rft-qwen3coder-r10-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-2048-m5pro-48gb", 15, 1,
+         (547, 2048), 23.446, "medium", "rung r10 of the fresh arm: rows of 547 tokens on average"),
+    _rft("jac-ml-studio-rft-qwen3coder-r20-qwen3-coder-30b-a3b-q4-16l-r16-b2-ckpt-2048-m5pro-48gb", 16, 2,
+         (486, 2048), 24.874, "low", "rung r20 of the fresh arm at batch 2: rows of 486 tokens on average"),
+    _rft("jac-ml-studio-rft-qwen3coder-rall-qwen3-coder-30b-a3b-q4-16l-r16-b2-ckpt-2048-m5pro-48gb", 17, 2,
+         (552, 2048), 25.215, "low", "rung rall of the fresh arm at batch 2: rows of 552 tokens on average"),
+    _rft("jac-ml-studio-rft-qwen3coder-conv-qwen3-coder-30b-a3b-q4-16l-r16-b2-ckpt-2048-m5pro-48gb", 18, 2,
+         (440, 2048), 24.647, "low", "the conv set at batch 2: rows of 440 tokens on average"),
+    _rft("jac-ml-studio-rft-jac-convfull-qwen3-coder-30b-a3b-q4-16l-r16-b2-ckpt-2048-m5pro-48gb", 19, 2,
+         (467, 2048), 24.647, "low", "the convfull set at batch 2: rows of 467 tokens on average"),
+    _rft("jac-ml-studio-rft-jac-sg-r20-qwen3-coder-30b-a3b-q4-16l-r16-b2-ckpt-2048-m5pro-48gb", 20, 2,
+         (607, 2048), 25.347, "low", "the sg r20 set at batch 2: rows of 607 tokens on average"),
+    _rft("jac-ml-studio-rft-jac-big-qwen3-coder-30b-a3b-q4-16l-r16-b2-ckpt-2048-m5pro-48gb", 21, 2,
+         (512, 2048), 25.346, "low", "the big set at batch 2, 250 iterations: rows of 512 tokens on average"),
+    *(_jac(f"jac-ml-studio-cpt-v2-leg{leg}-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-4096-m5pro-48gb", 21 + leg,
+           "Qwen/Qwen3-30B-A3B", dict(batch_size=1, grad_checkpoint=True, max_seq_length=4096), 4096, peak,
+           "2026-07-18", "medium",
+           f"; CPT-v2 leg {leg} of 12, a process of its own (mlx-lm 0.31.3 stated): one epoch of 544 packed windows "
+           "of 4,097 tokens cut to the 4,096 cap; " + ("a fresh adapter" if leg == 1 else "resumed from the leg "
+                                                        "before's adapter and optimizer files"))
+      for leg, peak in ((1, 29.291), (2, 28.716), (3, 28.716))),
+)
+
+NOT_SCORED_ELEVENTH: tuple = (
+    ("jac-ml-studio-sft-ling-probe-ling-coder-lite-q4-16l-r16-b2-2048-m5pro-48gb",
+     "Ling-Coder-lite (bailing_moe) is not in the catalog and its config cannot be fetched here"),
+    ("jac-ml-studio-sft-dscoder-probe-deepseek-coder-v2-lite-q4-16l-r16-b2-2048-m5pro-48gb",
+     "DeepSeek-Coder-V2-Lite (deepseek_v2) is not in the catalog and its config cannot be fetched here"),
+)
+
 RUNS_SEVENTH: tuple[ev.Run, ...] = (
     _run("llama-3.2-1b-it-bf16-b4-16l-4096-nosplit-awni-mlxlm47", 0, "mlx-lm PR #47", "meta-llama/Llama-3.2-1B-Instruct",
          dict(batch_size=4, num_layers=16, max_seq_length=4096), 4096, 69.810, 0.0005, "2025-03-22", "0.24",
@@ -770,4 +856,5 @@ SETS = {FILE: (RUNS, TIME_ROWS, NOT_SCORED), SECOND_FILE: (RUNS_SECOND, TIME_ROW
         THIRD_FILE: (RUNS_THIRD, (), NOT_SCORED_THIRD), FOURTH_FILE: (RUNS_FOURTH, (), NOT_SCORED_FOURTH),
         FIFTH_FILE: (RUNS_FIFTH, (), NOT_SCORED_FIFTH), SIXTH_FILE: (RUNS_SIXTH, (), NOT_SCORED_SIXTH),
         SEVENTH_FILE: (RUNS_SEVENTH, (), NOT_SCORED_SEVENTH), EIGHTH_FILE: (RUNS_EIGHTH, (), NOT_SCORED_EIGHTH),
-        NINTH_FILE: (RUNS_NINTH, (), NOT_SCORED_NINTH), TENTH_FILE: (RUNS_TENTH, (), NOT_SCORED_TENTH)}
+        NINTH_FILE: (RUNS_NINTH, (), NOT_SCORED_NINTH), TENTH_FILE: (RUNS_TENTH, (), NOT_SCORED_TENTH),
+        ELEVENTH_FILE: (RUNS_ELEVENTH, (), NOT_SCORED_ELEVENTH)}

@@ -113,6 +113,9 @@ def _adapted(run) -> int:
     ("jac-ml-studio-cpt-v1-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-4096-m5pro-48gb", 281.838e6),  # experts included
     ("qxen-safe-v11-t031-qwen3.5-9b-4bit-4l-r4-b1-ckpt-512-24gb", 1.352e6),  # 3 gated-delta + 1 attention block
     ("qxen-safe-v1-t020-qwen3.5-9b-4bit-8l-r8-b1-ckpt-1024-24gb-crash", 5.410e6),
+    ("jac-ml-studio-sft-gemma-probe-gemma-4-26b-a4b-q4-16l-r16-b2-2048-m5pro-48gb", 356.708e6),
+    ("jac-ml-studio-sft-gptoss-probe-gpt-oss-20b-q4-16l-r16-b2-2048-m5pro-48gb", 147.612e6),
+    ("jac-ml-studio-sft-qwen25c-probe-qwen2.5-coder-14b-q4-16l-r16-b2-2048-m5pro-48gb", 22.938e6),  # the 14B's
 ])
 def test_the_reading_reproduces_the_logged_trainable_parameters(key, logged):
     run = next(r for r in EVERY_RUN if r.key == key)
