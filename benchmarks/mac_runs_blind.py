@@ -830,6 +830,51 @@ NOT_SCORED_ELEVENTH: tuple = (
      "DeepSeek-Coder-V2-Lite (deepseek_v2) is not in the catalog and its config cannot be fetched here"),
 )
 
+TWELFTH_FILE = "mac_runs_blind12.csv"
+MOSH = "github.com/esanchezharris/Mosh"
+MOSH_HOW = ("its sft_cli.py wrapper on an M1 Max with 64 GB, mlx-lm 0.31.3 stated (MLX of its date): 16 blocks, rank 8 and "
+            "every linear (mlx-lm's defaults; 'attn+experts+router' stated), checkpointed and mask_prompt (the "
+            "wrapper's defaults); chat rows that each carry the ~2,400-token production system prompt (stated), the "
+            "mix's rows at most ~2.9k tokens; the peak to 0.1 GB")
+MOSH_A3B = ("; Qwen3-30B-A3B-Instruct-2507 in mlx-community's 4-bit (group 64 assumed), read as Qwen3-30B-A3B, whose "
+            "architecture it shares")
+
+
+def _mosh_smoke(key, row, batch, peak_gb):
+    return _run(key, row, MOSH, "Qwen/Qwen3-30B-A3B",
+                dict(batch_size=batch, num_layers=16, grad_checkpoint=True, max_seq_length=4096, quantize=True),
+                (2400, 2920), peak_gb, 0.05, "2026-07-04", "0.31.2", "medium",
+                MOSH_HOW + MOSH_A3B + f"; a pace smoke of 12-25 iterations at batch {batch} on the v3 mix "
+                "(rows of 2,400 tokens or more, at most ~2.9k)", config=CONVERT_Q4, file=TWELFTH_FILE)
+
+
+RUNS_TWELFTH: tuple[ev.Run, ...] = (
+    _mosh_smoke("mosh-a3b-pace-smoke-qwen3-30b-a3b-2507-4bit-16l-r8-b1-ckpt-2900-m1max-64gb", 0, 1, 23.2),
+    _mosh_smoke("mosh-a3b-pace-smoke-qwen3-30b-a3b-2507-4bit-16l-r8-b2-ckpt-2900-m1max-64gb", 1, 2, 27.1),
+    _mosh_smoke("mosh-a3b-pace-smoke-qwen3-30b-a3b-2507-4bit-16l-r8-b4-ckpt-2900-m1max-64gb", 2, 4, 35.4),
+    _run("mosh-a3b-r1-qwen3-30b-a3b-2507-4bit-16l-r8-b1-ckpt-4096-m1max-64gb", 3, MOSH, "Qwen/Qwen3-30B-A3B",
+         dict(batch_size=1, num_layers=16, grad_checkpoint=True, max_seq_length=4096, quantize=True), (2400, 4096),
+         24.5, 0.05, "2026-07-04", "0.31.2", "medium",
+         MOSH_HOW + MOSH_A3B + "; run r1: 2,400 iterations over the 61,218-row mix, whose length filter dropped no row "
+         "at 4,096 (the longest at least the system prompt's 2,400 tokens, at most the cap)",
+         config=CONVERT_Q4, file=TWELFTH_FILE),
+    _run("mosh-s1-ablate-nobt-qwen3-4b-2507-4bit-16l-r8-b1-ckpt-3000-m1max-64gb", 4, MOSH, "Qwen/Qwen3-4B",
+         dict(batch_size=1, num_layers=16, grad_checkpoint=True, max_seq_length=3000, quantize=True), (2400, 3000),
+         23.0, 0.05, "2026-07-03", "0.31.2", "low",
+         MOSH_HOW + "; mlx-community's Qwen3-4B-Instruct-2507-4bit (group 64 assumed) read as Qwen3-4B's architecture; "
+         "1,200 iterations at max_seq_length 3000 over 6,048 rows of 2,400 tokens or more (checkpointing the "
+         "wrapper's default, not stated for this run)",
+         config=CONVERT_Q4, file=TWELFTH_FILE),
+)
+
+NOT_SCORED_TWELFTH: tuple = (
+    ("agent-v2-lab-arm1-top8-qwen3.5-4b-4bit-8l-r16-b1-accum4-ckpt-2688-chunkwise",
+     "its trainer replaces mlx-lm's gated-delta recurrence with the project's own chunkwise one (gated_delta_mode "
+     "chunkwise, chunk 256) and caps the Metal cache: not mlx-lm's step"),
+    ("agent-v2-lab-armA-qwen3.5-4b-4bit-32l-r16-b1-accum4-ckpt-2688-chunkwise",
+     "the same patched trainer as arm 1, all 32 blocks"),
+)
+
 RUNS_SEVENTH: tuple[ev.Run, ...] = (
     _run("llama-3.2-1b-it-bf16-b4-16l-4096-nosplit-awni-mlxlm47", 0, "mlx-lm PR #47", "meta-llama/Llama-3.2-1B-Instruct",
          dict(batch_size=4, num_layers=16, max_seq_length=4096), 4096, 69.810, 0.0005, "2025-03-22", "0.24",
@@ -857,4 +902,4 @@ SETS = {FILE: (RUNS, TIME_ROWS, NOT_SCORED), SECOND_FILE: (RUNS_SECOND, TIME_ROW
         FIFTH_FILE: (RUNS_FIFTH, (), NOT_SCORED_FIFTH), SIXTH_FILE: (RUNS_SIXTH, (), NOT_SCORED_SIXTH),
         SEVENTH_FILE: (RUNS_SEVENTH, (), NOT_SCORED_SEVENTH), EIGHTH_FILE: (RUNS_EIGHTH, (), NOT_SCORED_EIGHTH),
         NINTH_FILE: (RUNS_NINTH, (), NOT_SCORED_NINTH), TENTH_FILE: (RUNS_TENTH, (), NOT_SCORED_TENTH),
-        ELEVENTH_FILE: (RUNS_ELEVENTH, (), NOT_SCORED_ELEVENTH)}
+        ELEVENTH_FILE: (RUNS_ELEVENTH, (), NOT_SCORED_ELEVENTH), TWELFTH_FILE: (RUNS_TWELFTH, (), NOT_SCORED_TWELFTH)}
