@@ -680,6 +680,13 @@ METRIN_HOW = ("mlx-community's Qwen2.5-3B-Instruct-4bit (4 bits, group 64) on a 
               "longest not measured (at most ")
 QWEN35_9B_Q4 = "mlx-community/Qwen3.5-9B-4bit"
 
+
+def _qxen(key, row, training, cap, peak_gb, rounding_gb, date, trust, how):
+    return _run(key, row, QXEN, QWEN35_9B_Q4,
+                dict(batch_size=1, grad_checkpoint=True, max_seq_length=cap, quantize=True, **training), (32, cap),
+                peak_gb, rounding_gb, date, "0.32.1", trust, QXEN_HOW + how, file=TENTH_FILE)
+
+
 RUNS_NINTH: tuple[ev.Run, ...] = (
     _run("jac-ml-studio-cpt-v1-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-4096-m5pro-48gb", 0, JAC, "Qwen/Qwen3-30B-A3B",
          dict(batch_size=1, num_layers=16, rank=16, scale=2.0, dropout=0.05, grad_checkpoint=True,
@@ -707,30 +714,22 @@ RUNS_NINTH: tuple[ev.Run, ...] = (
 NOT_SCORED_NINTH: tuple = ()
 
 RUNS_TENTH: tuple[ev.Run, ...] = (
-    _run("qxen-safe-v11-t031-qwen3.5-9b-4bit-4l-r4-b1-ckpt-512-24gb", 0, QXEN, QWEN35_9B_Q4,
-         dict(batch_size=1, num_layers=4, rank=4, scale=20.0, dropout=0.0, grad_checkpoint=True, max_seq_length=512,
-              quantize=True), (32, 512), 13.627, 0.0005, "2026-08-12", "0.32.1", "medium",
-         QXEN_HOW + "; config v11: 4 blocks, rank 4 (1.352M printed), 500 iterations over 92 rows of unstated "
-         "length, bounded by the 512 cap (nine more runs of the same settings printed 13.5-13.652 GB)",
-         file=TENTH_FILE),
-    _run("qxen-ctxA-mixed-t052-qwen3.5-9b-4bit-4l-r8-b1-ga4-ckpt-512-24gb", 1, QXEN, QWEN35_9B_Q4,
-         dict(batch_size=1, grad_accumulation_steps=4, num_layers=4, grad_checkpoint=True, max_seq_length=512,
-              quantize=True), (32, 512), 9.862, 0.0005, "2026-08-13", "0.32.1", "low",
-         QXEN_HOW + "; its script: 4 blocks at rank 8 (not passed), 4 steps accumulated, 500 iterations over 477 "
-         "rows whose prompts were built to at most 500 tokens, bounded by the 512 cap",
-         file=TENTH_FILE),
-    _run("qxen-ctxA-balanced-t049-qwen3.5-9b-4bit-4l-r8-b1-ga4-ckpt-512-24gb", 2, QXEN, QWEN35_9B_Q4,
-         dict(batch_size=1, grad_accumulation_steps=4, num_layers=4, grad_checkpoint=True, max_seq_length=512,
-              quantize=True), (32, 512), 7.16, 0.005, "2026-08-13", "0.32.1", "low",
-         QXEN_HOW + "; the same script on 78 rows (every row trained by iteration 325, where the project's monitor "
-         "stopped it for the system's free memory), bounded by the 512 cap",
-         file=TENTH_FILE),
-    _run("qxen-safe-v1-t020-qwen3.5-9b-4bit-8l-r8-b1-ckpt-1024-24gb-crash", 3, QXEN, QWEN35_9B_Q4,
-         dict(batch_size=1, num_layers=8, rank=8, grad_checkpoint=True, max_seq_length=1024, quantize=True),
-         (32, 1024), 33.6, 0.05, "2026-08-12", "0.32.1", "low",
-         QXEN_HOW + "; config v1: 8 blocks at rank 8 (5.410M printed), max_seq_length 1024, the 92 rows of unstated "
-         "length; the last peak printed before the machine rebooted, far past its 24 GB",
-         file=TENTH_FILE),
+    _qxen("qxen-safe-v11-t031-qwen3.5-9b-4bit-4l-r4-b1-ckpt-512-24gb", 0,
+          dict(num_layers=4, rank=4, scale=20.0, dropout=0.0), 512, 13.627, 0.0005, "2026-08-12", "medium",
+          "; config v11: 4 blocks, rank 4 (1.352M printed), 500 iterations over 92 rows of unstated length, bounded "
+          "by the 512 cap (nine more runs of the same settings printed 13.5-13.652 GB)"),
+    _qxen("qxen-ctxA-mixed-t052-qwen3.5-9b-4bit-4l-r8-b1-ga4-ckpt-512-24gb", 1,
+          dict(num_layers=4, grad_accumulation_steps=4), 512, 9.862, 0.0005, "2026-08-13", "low",
+          "; its script: 4 blocks at rank 8 (not passed), 4 steps accumulated, 500 iterations over 477 rows whose "
+          "prompts were built to at most 500 tokens, bounded by the 512 cap"),
+    _qxen("qxen-ctxA-balanced-t049-qwen3.5-9b-4bit-4l-r8-b1-ga4-ckpt-512-24gb", 2,
+          dict(num_layers=4, grad_accumulation_steps=4), 512, 7.16, 0.005, "2026-08-13", "low",
+          "; the same script on 78 rows (every row trained by iteration 325, where the project's monitor stopped it "
+          "for the system's free memory), bounded by the 512 cap"),
+    _qxen("qxen-safe-v1-t020-qwen3.5-9b-4bit-8l-r8-b1-ckpt-1024-24gb-crash", 3, dict(num_layers=8, rank=8), 1024,
+          33.6, 0.05, "2026-08-12", "low",
+          "; config v1: 8 blocks at rank 8 (5.410M printed), max_seq_length 1024, the 92 rows of unstated length; "
+          "the last peak printed before the machine rebooted, far past its 24 GB"),
     _run("metrin-pilot-qwen2.5-3b-it-4bit-16l-r8-b2-1024-mask-24gb-mlx0323", 4, METRIN,
          "mlx-community/Qwen2.5-3B-Instruct-4bit",
          dict(batch_size=2, num_layers=16, rank=8, scale=20.0, dropout=0.0, max_seq_length=1024, quantize=True),
