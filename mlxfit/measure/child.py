@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import statistics
 import sys
 import threading
 import time
@@ -146,23 +145,23 @@ def transformers_imported() -> bool:
 
 
 def settled_peak(step_peaks: list[int], accumulation: int) -> int | None:
-    """The median over the accumulation cycles after the first optimizer update of each
+    """The least over the accumulation cycles after the first optimizer update of each
     cycle's largest step peak (None before a second cycle)."""
     k = accumulation
     cycles = [max(step_peaks[i:i + k]) for i in range(k, len(step_peaks) - k + 1, k)]
-    return round(statistics.median(cycles)) if cycles else None
+    return min(cycles) if cycles else None
 
 
 def measure_once(request: dict, training, blocks: int | None = None, synchronous: bool = False, steps: int | None = None,
                  on_step=None) -> dict:
     """Build the model (its last `blocks` only, for a slice), take the steps (exactly
     `steps`, or the request's rule), free it. With `steps`, each step's own peak is
-    read too, and `median_peak_bytes` is their median over the steps after the first
+    read too, and `least_peak_bytes` is their least over the steps after the first
     optimizer update (the largest of each accumulation cycle): even evaluated
     synchronously the main thread may allocate up to nine kernels ahead of the CPU
-    worker, whose lag adds the inputs it has not yet released: about one activation
-    from step to step, and now and then, on a loaded machine, a logits-sized buffer
-    in one step, which a median ignores and a mean does not.
+    worker, whose lag only adds the inputs it has not yet released (about one
+    activation from step to step, now and then a logits-sized buffer on a loaded
+    machine), so the least is nearest the graph's own peak.
 
     Peaks are the process's MLX peak less what was already held, so one process can
     measure several slices in turn (mlxfit/measure/slicing.py)."""
@@ -205,9 +204,9 @@ def measure_once(request: dict, training, blocks: int | None = None, synchronous
         gc.collect()
         mx.clear_cache()
     steps_peak = max(own_peaks) if own_peaks else max(r.peak_bytes for r in records) - held
-    median = settled_peak(own_peaks, training.grad_accumulation_steps)
+    least = settled_peak(own_peaks, training.grad_accumulation_steps)
     return {
-        **({"median_peak_bytes": median} if median is not None else {}),
+        **({"least_peak_bytes": least} if least is not None else {}),
         "peak_bytes": steps_peak,
         "peak_with_load_bytes": max(load_peak, steps_peak),
         "load_peak_bytes": load_peak,

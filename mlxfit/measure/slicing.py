@@ -30,7 +30,7 @@ from ..model.architecture import Architecture, Block
 from ..model.training import TrainingConfig
 
 
-SYNCHRONOUS_STEPS = 4  # Adam's state exists from the second step: the median of three steps' peaks
+SYNCHRONOUS_STEPS = 4  # Adam's state exists from the second step: the least of three steps' peaks
 SYNCHRONOUS_SPAN = 3  # blocks in the deeper synchronous slice, at least (whole periods)
 FROZEN_SPAN = 2  # frozen blocks in front of the base slice, at least (whole periods)
 
@@ -47,9 +47,9 @@ class Slice:
 
     def steps(self, training: TrainingConfig) -> int | None:
         """A synchronous slice takes a fixed number of steps (whole accumulation
-        cycles): its peak still moves by what the worker has not yet released
+        cycles): its peak still moves up by what the worker has not yet released
         (mlxfit/measure/child.py measure_once), so the slices are compared by their
-        median peak over the same steps. None: until the peak settles."""
+        least peak over the same steps. None: until the peak settles."""
         return SYNCHRONOUS_STEPS * training.grad_accumulation_steps if self.synchronous else None
 
     def label(self) -> str:
@@ -193,8 +193,8 @@ def measure_by_slices(model, training: TrainingConfig, length: int | None, max_s
     request["slices"] = [{**s.to_dict(), "steps": s.steps(training)} for s in plan.slices]
     done = run_child(request, timeout=timeout, on_event=on_event)
     measured = done["slices"]
-    # The synchronous slices by their median peak per step, the one run ahead by its peak.
-    figures = [m["median_peak_bytes"] if s.synchronous else m["peak_bytes"] for s, m in zip(plan.slices, measured)]
+    # The synchronous slices by their least peak per step, the one run ahead by its peak.
+    figures = [m["least_peak_bytes"] if s.synchronous else m["peak_bytes"] for s, m in zip(plan.slices, measured)]
     steps_peak = plan.extrapolate(figures)
     load_peak = plan.extrapolate([m["load_peak_bytes"] for m in measured])
     as_run = measured[plan.slices.index(plan.as_run)]
