@@ -686,22 +686,25 @@ def _qxen(key, row, training, cap, peak_gb, rounding_gb, date, trust, how):
                 dict(batch_size=1, grad_checkpoint=True, max_seq_length=cap, quantize=True, **training), (32, cap),
                 peak_gb, rounding_gb, date, "0.32.1", trust, QXEN_HOW + how, file=TENTH_FILE)
 
+JAC_LORA = dict(num_layers=16, rank=16, scale=2.0, dropout=0.05, max_seq_length=2048, quantize=True)
+
+
+def _jac(key, row, model, training, longest, peak_gb, date, trust, how, file):
+    return _run(key, row, JAC, model, dict(JAC_LORA, **training), longest, peak_gb, 0.0005, date, "0.32.0", trust,
+                JAC_HOW + how, config=CONVERT_Q4, file=file)
+
 
 RUNS_NINTH: tuple[ev.Run, ...] = (
-    _run("jac-ml-studio-cpt-v1-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-4096-m5pro-48gb", 0, JAC, "Qwen/Qwen3-30B-A3B",
-         dict(batch_size=1, num_layers=16, rank=16, scale=2.0, dropout=0.05, grad_checkpoint=True,
-              max_seq_length=4096, quantize=True), 4096, 30.419, 0.0005, "2026-07-14", "0.32.0", "high",
-         JAC_HOW + "; continued pretraining on packed windows of 4,097 tokens cut to the 4,096 cap (its log's "
-         "warning), checkpointed, 2,586 iterations (30.419 GB from about iteration 560 to the end)",
-         config=CONVERT_Q4, file=NINTH_FILE),
-    _run("jac-ml-studio-sft-qwen-probe-qwen3-coder-30b-a3b-q4-16l-r16-b2-2048-m5pro-48gb", 1, JAC, "Qwen/Qwen3-30B-A3B",
-         dict(batch_size=2, num_layers=16, rank=16, scale=2.0, dropout=0.05, max_seq_length=2048, quantize=True),
-         (250, 1810), 31.284, 0.0005, "2026-06-26", "0.32.0", "medium",
-         JAC_HOW + "; SFT at batch 2, not checkpointed, no prompt masking, 600 iterations over the 529 rows committed "
-         "with its log (every row trained by iteration 528), the longest 1,786 bytes: 250 tokens or more, at most one "
-         "a byte with the chat template's (corrected after scoring, which read the 1,134 rows of a later run: 600 "
-         "tokens or more, at most the cap; the next search found the data it ran on)",
-         config=CONVERT_Q4, file=NINTH_FILE),
+    _jac("jac-ml-studio-cpt-v1-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-4096-m5pro-48gb", 0, "Qwen/Qwen3-30B-A3B",
+         dict(batch_size=1, grad_checkpoint=True, max_seq_length=4096), 4096, 30.419, "2026-07-14", "high",
+         "; continued pretraining on packed windows of 4,097 tokens cut to the 4,096 cap (its log's warning), "
+         "checkpointed, 2,586 iterations (30.419 GB from about iteration 560 to the end)", NINTH_FILE),
+    _jac("jac-ml-studio-sft-qwen-probe-qwen3-coder-30b-a3b-q4-16l-r16-b2-2048-m5pro-48gb", 1, "Qwen/Qwen3-30B-A3B",
+         dict(batch_size=2), (250, 1810), 31.284, "2026-06-26", "medium",
+         "; SFT at batch 2, not checkpointed, no prompt masking, 600 iterations over the 529 rows committed with its "
+         "log (every row trained by iteration 528), the longest 1,786 bytes: 250 tokens or more, at most one a byte "
+         "with the chat template's (corrected after scoring, which read the 1,134 rows of a later run: 600 tokens or "
+         "more, at most the cap; the next search found the data it ran on)", NINTH_FILE),
     _run("qwen3-distill-qwen3-8b-bf16-16l-b1-2048", 2, "code-index 55438207805", "Qwen/Qwen3-8B",
          dict(batch_size=1), (686, 2048), 25.333, 0.0005, "2026-06-10", "0.31.2", "low",
          "Qwen/Qwen3-8B's bf16 weights from the Hub, mlx-lm 0.31.2-0.31.3 (its traceback's lines), the MLX of its date; "
@@ -746,7 +749,6 @@ RUNS_TENTH: tuple[ev.Run, ...] = (
 NOT_SCORED_TENTH: tuple = ()
 
 ELEVENTH_FILE = "mac_runs_blind11.csv"
-JAC_LORA = dict(num_layers=16, rank=16, scale=2.0, dropout=0.05, max_seq_length=2048, quantize=True)
 PROBE_ROWS = ("; an SFT probe of 2026-06-26: batch 2, not checkpointed, no prompt masking, 600 iterations over the 529 "
               "rows committed with its log (every row trained by iteration 528), the longest 1,786 bytes: 250 tokens "
               "or more, at most one a byte with the chat template's")
@@ -755,14 +757,9 @@ RFT_HOW = ("; a rejection-sampling round: SFT on the round's kept completions, c
            "trainable count) where its key says jac-")
 
 
-def _jac(key, row, model, training, longest, peak_gb, date, trust, how):
-    return _run(key, row, JAC, model, dict(JAC_LORA, **training), longest, peak_gb, 0.0005, date, "0.32.0", trust,
-                JAC_HOW + how, config=CONVERT_Q4, file=ELEVENTH_FILE)
-
-
 def _rft(key, row, batch, longest, peak_gb, trust, rows):
     return _jac(key, row, "Qwen/Qwen3-30B-A3B", dict(batch_size=batch, grad_checkpoint=True), longest, peak_gb,
-                "2026-07-15", trust, RFT_HOW + "; " + rows)
+                "2026-07-15", trust, RFT_HOW + "; " + rows, ELEVENTH_FILE)
 
 
 # The rejection-sampling rounds: (round, row, batch, longest row, logged peak, trust, the rows).
@@ -800,19 +797,20 @@ RFT_ROUNDS = (
 RUNS_ELEVENTH: tuple[ev.Run, ...] = (
     _jac("jac-ml-studio-sft-gemma-probe-gemma-4-26b-a4b-q4-16l-r16-b2-2048-m5pro-48gb", 0, "google/gemma-4-26B-A4B-it",
          dict(batch_size=2), (250, 1810), 36.824, "2026-06-26", "medium",
-         "; Gemma-4-26B-A4B-it (356.708M trainable printed)" + PROBE_ROWS),
+         "; Gemma-4-26B-A4B-it (356.708M trainable printed)" + PROBE_ROWS, ELEVENTH_FILE),
     _jac("jac-ml-studio-sft-gptoss-probe-gpt-oss-20b-q4-16l-r16-b2-2048-m5pro-48gb", 1, "openai/gpt-oss-20b",
          dict(batch_size=2), (250, 1810), 26.962, "2026-06-26", "medium",
-         "; gpt-oss-20b converted from its MXFP4 checkpoint to affine 4-bit (147.612M trainable printed)" + PROBE_ROWS),
+         "; gpt-oss-20b converted from its MXFP4 checkpoint to affine 4-bit (147.612M trainable printed)" + PROBE_ROWS,
+         ELEVENTH_FILE),
     _jac("jac-ml-studio-sft-qwen25c-probe-qwen2.5-coder-14b-q4-16l-r16-b2-2048-m5pro-48gb", 4,
          "Qwen/Qwen2.5-14B-Instruct", dict(batch_size=2), (250, 1810), 18.586, "2026-06-26", "medium",
          "; Qwen2.5-Coder-14B-Instruct read as Qwen2.5-14B-Instruct, whose architecture it shares (22.938M trainable "
-         "printed)" + PROBE_ROWS),
+         "printed)" + PROBE_ROWS, ELEVENTH_FILE),
     _jac("jac-ml-studio-sft-qwen2-qwen3-coder-30b-a3b-q4-16l-r16-b2-2048-1134rows-m5pro-48gb", 5, "Qwen/Qwen3-30B-A3B",
          dict(batch_size=2), (450, 2048), 38.167, "2026-07-19", "medium",
          "; the qwen2 SFT: batch 2, not checkpointed, no prompt masking, 1,300 iterations over 1,134 rows, the longest "
          "3,207 bytes (450 tokens or more, at most the cap); the peak at iteration 480, inside the first epoch, and "
-         "not higher over the rest"),
+         "not higher over the rest", ELEVENTH_FILE),
     *(_rft(f"jac-ml-studio-rft-{name}-qwen3-coder-30b-a3b-q4-16l-r16-b{batch}-ckpt-2048-m5pro-48gb", row, batch,
            longest, peak, trust, rows) for name, row, batch, longest, peak, trust, rows in RFT_ROUNDS),
     *(_jac(f"jac-ml-studio-cpt-v2-leg{leg}-qwen3-coder-30b-a3b-q4-16l-r16-b1-ckpt-4096-m5pro-48gb", 21 + leg,
@@ -820,7 +818,7 @@ RUNS_ELEVENTH: tuple[ev.Run, ...] = (
            "2026-07-18", "medium",
            f"; CPT-v2 leg {leg} of 12, a process of its own (mlx-lm 0.31.3 stated): one epoch of 544 packed windows "
            "of 4,097 tokens cut to the 4,096 cap; " + ("a fresh adapter" if leg == 1 else "resumed from the leg "
-                                                        "before's adapter and optimizer files"))
+                                                        "before's adapter and optimizer files"), ELEVENTH_FILE)
       for leg, peak in ((1, 29.291), (2, 28.716), (3, 28.716))),
 )
 
