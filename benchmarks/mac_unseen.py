@@ -1,6 +1,6 @@
 """The shipped Mac estimates on public Mac runs that no fit or design choice has seen.
 
-    python benchmarks/mac_unseen.py [--file mac_runs_blind2.csv | ... | mac_runs_blind8.csv]
+    python benchmarks/mac_unseen.py [--file mac_runs_blind2.csv | ... | mac_runs_blind12.csv]
 
 benchmarks/evidence/mac_runs_blind.csv (the default) and mac_runs_blind2.csv onwards (found later,
 each scored with the memory model frozen when it was found: benchmarks/mac_runs_blind.py SETS and
